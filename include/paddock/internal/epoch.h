@@ -1,0 +1,92 @@
+// File: paddock/internal/epoch.h
+// -----------------------------------------------------------------------------
+// Epoch-based memory reclamation (Fraser 2004), process-wide. Readers bracket
+// lock-free reads with an `EpochGuard`; writers hand unlinked memory to
+// `Retire()`, which frees it once no guard that could have seen it is active.
+//
+// A guard costs one seq_cst exchange on a slot owned by the calling thread and
+// no shared write, so readers of one hot entry do not contend.
+
+#ifndef PADDOCK_INTERNAL_EPOCH_H_
+#define PADDOCK_INTERNAL_EPOCH_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace paddock::internal {
+
+// One per thread that has used a guard; reused after the thread exits.
+struct alignas(64) ThreadRecord {
+  // 0 when outside any guard; otherwise (epoch << 1) | 1.
+  std::atomic<uint64_t> state{0};
+  // Nesting depth of guards on the owning thread. Owner-only.
+  uint32_t depth = 0;
+  // Dense, stable while the owning thread lives; indexes per-thread stripes.
+  uint32_t index = 0;
+  // Set while a live thread owns this record.
+  std::atomic<bool> in_use{false};
+  ThreadRecord* next = nullptr;  // Immutable once published.
+};
+
+// Returns the calling thread's record, registering the thread on first use.
+ThreadRecord* AcquireThreadRecord();
+
+inline ThreadRecord* CurrentThreadRecord() {
+  // A trivially destructible thread_local: access needs no init guard. The
+  // record is released by a separate owner object on thread exit.
+  static thread_local ThreadRecord* record = nullptr;
+  if (record == nullptr) [[unlikely]] {
+    record = AcquireThreadRecord();
+  }
+  return record;
+}
+
+// The current global epoch. Advanced by `Retire()`.
+extern std::atomic<uint64_t> global_epoch;
+
+// Marks the calling thread as reading shared nodes until destruction. Nests.
+class EpochGuard {
+ public:
+  EpochGuard() : EpochGuard(CurrentThreadRecord()) {}
+  // For callers that already hold the calling thread's record.
+  explicit EpochGuard(ThreadRecord* record) : record_(record) {
+    if (record_->depth++ == 0) {
+      // seq_cst: the announcement must be visible before any pointer this
+      // thread loads afterwards (a store-load ordering; see file comment).
+      record_->state.exchange(
+          (global_epoch.load(std::memory_order_seq_cst) << 1) | 1,
+          std::memory_order_seq_cst);
+    }
+  }
+  ~EpochGuard() {
+    if (--record_->depth == 0) {
+      record_->state.store(0, std::memory_order_release);
+    }
+  }
+  EpochGuard(const EpochGuard&) = delete;
+  EpochGuard& operator=(const EpochGuard&) = delete;
+
+ private:
+  ThreadRecord* record_;
+};
+
+// Frees `p` with `deleter(p)` once every guard active now has ended.
+// Thread-safe; takes a global lock briefly and may free earlier retirements.
+void Retire(void* p, void (*deleter)(void*));
+
+template <typename T>
+void RetireObject(T* p) {
+  Retire(p, [](void* q) { delete static_cast<T*>(q); });
+}
+
+// Frees everything whose grace period has passed. Returns how many objects
+// were freed. Thread-safe.
+size_t TryReclaim();
+
+// Retired objects not yet freed, for tests.
+size_t PendingRetirements();
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_EPOCH_H_

@@ -1,0 +1,82 @@
+// File: paddock/internal/per_thread_counters.h
+// -----------------------------------------------------------------------------
+// `PerThreadCounters<N>`: N counters, each split into one cache line per
+// thread, so the hit path counts with a plain load and store on memory no
+// other thread writes. Reading sums the lines.
+
+#ifndef PADDOCK_INTERNAL_PER_THREAD_COUNTERS_H_
+#define PADDOCK_INTERNAL_PER_THREAD_COUNTERS_H_
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "paddock/internal/epoch.h"
+
+namespace paddock::internal {
+
+template <size_t N>
+class PerThreadCounters {
+ public:
+  PerThreadCounters() = default;
+  ~PerThreadCounters() {
+    for (auto& chunk : chunks_) delete[] chunk.load(std::memory_order_relaxed);
+  }
+  PerThreadCounters(const PerThreadCounters&) = delete;
+  PerThreadCounters& operator=(const PerThreadCounters&) = delete;
+
+  // Adds one to counter `i` for the thread owning `record`. Call only from
+  // that thread.
+  void Increment(const ThreadRecord* record, size_t i) {
+    std::atomic<uint64_t>& c = LineFor(record->index).counter[i];
+    // Single writer per line: no read-modify-write needed.
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  // Returns the sum of counter `i` over all threads. Thread-safe.
+  uint64_t Sum(size_t i) const {
+    uint64_t total = overflow_.counter[i].load(std::memory_order_relaxed);
+    for (const auto& chunk : chunks_) {
+      const Line* lines = chunk.load(std::memory_order_acquire);
+      if (lines == nullptr) continue;
+      for (size_t j = 0; j < kLinesPerChunk; ++j) {
+        total += lines[j].counter[i].load(std::memory_order_relaxed);
+      }
+    }
+    return total;
+  }
+
+ private:
+  static constexpr size_t kLinesPerChunk = 64;
+  static constexpr size_t kChunks = 256;  // Threads beyond 16384 share.
+
+  struct alignas(64) Line {
+    std::array<std::atomic<uint64_t>, N> counter{};
+  };
+
+  Line& LineFor(uint32_t index) {
+    const size_t c = index / kLinesPerChunk;
+    if (c >= kChunks) [[unlikely]] {
+      return overflow_;  // Shared: counts may be lost, never corrupted.
+    }
+    Line* lines = chunks_[c].load(std::memory_order_acquire);
+    if (lines == nullptr) [[unlikely]] {
+      Line* fresh = new Line[kLinesPerChunk];
+      if (chunks_[c].compare_exchange_strong(lines, fresh,
+                                             std::memory_order_acq_rel)) {
+        lines = fresh;
+      } else {
+        delete[] fresh;
+      }
+    }
+    return lines[index % kLinesPerChunk];
+  }
+
+  std::array<std::atomic<Line*>, kChunks> chunks_{};
+  Line overflow_;
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_PER_THREAD_COUNTERS_H_

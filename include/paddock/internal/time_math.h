@@ -1,0 +1,38 @@
+// File: paddock/internal/time_math.h
+// -----------------------------------------------------------------------------
+// Saturating arithmetic on the int64 nanosecond timestamps the cache stores,
+// so an infinite or huge duration never overflows.
+
+#ifndef PADDOCK_INTERNAL_TIME_MATH_H_
+#define PADDOCK_INTERNAL_TIME_MATH_H_
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/time/time.h"
+
+namespace paddock::internal {
+
+// `d` in nanoseconds, clamped to the int64 range.
+inline int64_t ToNanosSaturated(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return std::numeric_limits<int64_t>::max();
+  if (d == -absl::InfiniteDuration()) {
+    return std::numeric_limits<int64_t>::min();
+  }
+  return absl::ToInt64Nanoseconds(d);  // Saturates on overflow.
+}
+
+// `t + d`, clamped to the int64 range.
+inline int64_t AddSaturated(int64_t t, absl::Duration d) {
+  const int64_t n = ToNanosSaturated(d);
+  int64_t sum;
+  if (__builtin_add_overflow(t, n, &sum)) {
+    return n > 0 ? std::numeric_limits<int64_t>::max()
+                 : std::numeric_limits<int64_t>::min();
+  }
+  return sum;
+}
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_TIME_MATH_H_

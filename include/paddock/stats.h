@@ -1,0 +1,63 @@
+// File: paddock/stats.h
+// -----------------------------------------------------------------------------
+// `paddock::Stats`, a snapshot of a cache's counters, and its {fmt} formatter.
+
+#ifndef PADDOCK_STATS_H_
+#define PADDOCK_STATS_H_
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "fmt/format.h"
+
+namespace paddock {
+
+// Stats
+//
+// Counters since the cache was constructed. A snapshot taken while other
+// threads use the cache is not atomic across fields: each field is exact on
+// its own, fields may disagree by the operations in progress.
+struct Stats {
+  // `Get` calls answered from a fresh stored value (or a cached error, see
+  // `negative_hits`) without waiting for a load.
+  uint64_t hits = 0;
+  // `Get` calls answered at once with a stale value while a refresh runs.
+  uint64_t stale_hits = 0;
+  // `Get` calls that found nothing servable and ran or waited for a load.
+  uint64_t misses = 0;
+  // Loader calls started, in the foreground and in the background.
+  uint64_t loads = 0;
+  // Loader calls that returned an error or threw.
+  uint64_t load_failures = 0;
+  // `Get` calls that waited on a load another caller started.
+  uint64_t coalesced_waits = 0;
+  // Background refreshes started.
+  uint64_t refreshes = 0;
+  // Waits that reached `Options::wait_timeout`.
+  uint64_t wait_timeouts = 0;
+  // Entries removed to stay within `Options::max_entries`.
+  uint64_t evictions = 0;
+  // `Get` calls answered with a negatively cached error (`Options::error_ttl`).
+  uint64_t negative_hits = 0;
+  // `Get` calls that received a stale value instead of an error or a timeout.
+  uint64_t stale_fallbacks = 0;
+  // Background refreshes not started for lack of a load slot
+  // (`Options::max_concurrent_loads`); a later hit tries again.
+  uint64_t refreshes_skipped = 0;
+  // Time spent in the loader, summed over all loads (by `Options::clock`).
+  absl::Duration total_load_time = absl::ZeroDuration();
+
+  friend bool operator==(const Stats&, const Stats&) = default;
+};
+
+}  // namespace paddock
+
+// Formats as `hits=… stale_hits=… … total_load_time=1.5s` on one line.
+template <>
+struct fmt::formatter<paddock::Stats> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+  fmt::format_context::iterator format(const paddock::Stats& s,
+                                       fmt::format_context& ctx) const;
+};
+
+#endif  // PADDOCK_STATS_H_

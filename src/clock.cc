@@ -1,0 +1,93 @@
+// SystemClock (monotonic clock plus a millisecond ticker) and ManualClock.
+
+#include "paddock/clock.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace paddock {
+namespace {
+
+int64_t MonotonicNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  // +1 keeps 0 free to mean "not started" in the coarse clock.
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec + 1;
+}
+
+}  // namespace
+
+std::atomic<int64_t> SystemClock::coarse_nanos_{0};
+
+SystemClock* SystemClock::Get() {
+  static SystemClock* const clock = new SystemClock;
+  return clock;
+}
+
+int64_t SystemClock::NowNanos() {
+  const int64_t now = MonotonicNanos();
+  // Publish forward only: keeps the coarse clock fresh when the ticker lags
+  // (e.g. on a saturated core) and never moves it backwards.
+  int64_t seen = coarse_nanos_.load(std::memory_order_relaxed);
+  while (seen != 0 && seen < now &&
+         !coarse_nanos_.compare_exchange_weak(seen, now,
+                                              std::memory_order_relaxed)) {
+  }
+  return now;
+}
+
+absl::Time SystemClock::Now() const {
+  return absl::UnixEpoch() + absl::Nanoseconds(NowNanos());
+}
+
+int64_t SystemClock::StartTicker() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    coarse_nanos_.store(MonotonicNanos(), std::memory_order_relaxed);
+    // Lives as long as the process; detached so that exit never waits on it.
+    std::thread([] {
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        NowNanos();
+      }
+    }).detach();
+  });
+  return coarse_nanos_.load(std::memory_order_relaxed);
+}
+
+ManualClock::ManualClock(absl::Time start) : nanos_(absl::ToUnixNanos(start)) {}
+
+absl::Time ManualClock::Now() const {
+  return absl::FromUnixNanos(nanos_.load(std::memory_order_acquire));
+}
+
+void ManualClock::Advance(absl::Duration d) {
+  if (d < absl::ZeroDuration()) {
+    throw std::invalid_argument(
+        absl::StrCat("paddock::ManualClock::Advance: d must be >= 0, got ",
+                     absl::FormatDuration(d)));
+  }
+  nanos_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_acq_rel);
+}
+
+void ManualClock::Set(absl::Time t) {
+  const int64_t target = absl::ToUnixNanos(t);
+  int64_t current = nanos_.load(std::memory_order_acquire);
+  do {
+    if (target < current) {
+      throw std::invalid_argument(absl::StrCat(
+          "paddock::ManualClock::Set: time must not go back, got ",
+          absl::FormatTime(t), " before ", absl::FormatTime(Now())));
+    }
+  } while (!nanos_.compare_exchange_weak(current, target,
+                                         std::memory_order_acq_rel));
+}
+
+}  // namespace paddock

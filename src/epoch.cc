@@ -1,0 +1,125 @@
+// Epoch-based reclamation: thread registry, retire lists, epoch advance.
+
+#include "paddock/internal/epoch.h"
+
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace paddock::internal {
+
+std::atomic<uint64_t> global_epoch{1};
+
+namespace {
+
+struct Retired {
+  void* p;
+  void (*deleter)(void*);
+};
+
+// Records are never freed: a reused record keeps its index, so per-thread
+// stripes stay dense.
+std::mutex registry_mu;
+std::atomic<ThreadRecord*> records_head{nullptr};
+uint32_t next_index = 0;  // Guarded by registry_mu.
+
+std::mutex retire_mu;
+// Objects retired while the global epoch was E sit in retired[E % 3].
+std::vector<Retired> retired[3];  // Guarded by retire_mu.
+size_t retired_since_advance = 0;  // Guarded by retire_mu.
+
+// Objects retired in the last `kAdvanceEvery` retirements wait for an advance.
+constexpr size_t kAdvanceEvery = 64;
+
+// Releases the calling thread's record when the thread exits.
+struct RecordOwner {
+  ThreadRecord* record = nullptr;
+  ~RecordOwner() {
+    if (record != nullptr && record->depth == 0) {
+      record->state.store(0, std::memory_order_release);
+      std::lock_guard<std::mutex> lock(registry_mu);
+      record->in_use.store(false, std::memory_order_release);
+    }
+  }
+};
+
+// Tries to move the global epoch forward; on success returns the objects that
+// became safe to free. Requires retire_mu.
+std::vector<Retired> AdvanceLocked() {
+  const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
+  for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
+       r != nullptr; r = r->next) {
+    const uint64_t state = r->state.load(std::memory_order_seq_cst);
+    if ((state & 1) != 0 && (state >> 1) != epoch) return {};
+  }
+  const uint64_t next = epoch + 1;
+  global_epoch.store(next, std::memory_order_seq_cst);
+  retired_since_advance = 0;
+  // Every active guard now announced `epoch`, so nothing retired at
+  // `epoch - 1` or earlier is reachable: that is bucket (next + 1) % 3.
+  return std::exchange(retired[(next + 1) % 3], {});
+}
+
+size_t Free(std::vector<Retired>& objects) {
+  for (const Retired& r : objects) r.deleter(r.p);
+  return objects.size();
+}
+
+}  // namespace
+
+ThreadRecord* AcquireThreadRecord() {
+  static thread_local RecordOwner owner;
+  ThreadRecord* record = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
+         r != nullptr; r = r->next) {
+      if (!r->in_use.load(std::memory_order_relaxed)) {
+        record = r;
+        break;
+      }
+    }
+    if (record == nullptr) {
+      record = new ThreadRecord;
+      record->index = next_index++;
+      record->next = records_head.load(std::memory_order_relaxed);
+      records_head.store(record, std::memory_order_release);
+    }
+    record->in_use.store(true, std::memory_order_relaxed);
+  }
+  owner.record = record;
+  return record;
+}
+
+void Retire(void* p, void (*deleter)(void*)) {
+  std::vector<Retired> freeable;
+  {
+    std::lock_guard<std::mutex> lock(retire_mu);
+    retired[global_epoch.load(std::memory_order_seq_cst) % 3].push_back(
+        {p, deleter});
+    if (++retired_since_advance >= kAdvanceEvery) freeable = AdvanceLocked();
+  }
+  // Deleters run user destructors: never under our lock.
+  Free(freeable);
+}
+
+size_t TryReclaim() {
+  size_t freed = 0;
+  // Three advances move everything retired before this call out of reach.
+  for (int i = 0; i < 3; ++i) {
+    std::vector<Retired> freeable;
+    {
+      std::lock_guard<std::mutex> lock(retire_mu);
+      freeable = AdvanceLocked();
+    }
+    freed += Free(freeable);
+  }
+  return freed;
+}
+
+size_t PendingRetirements() {
+  std::lock_guard<std::mutex> lock(retire_mu);
+  return retired[0].size() + retired[1].size() + retired[2].size();
+}
+
+}  // namespace paddock::internal

@@ -1,0 +1,80 @@
+// ThreadPool and ManualExecutor.
+
+#include "paddock/executor.h"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace paddock {
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads < 1) {
+    throw std::invalid_argument(
+        "paddock::ThreadPool: threads must be >= 1, got " +
+        std::to_string(threads));
+  }
+  workers_.reserve(threads);
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::Schedule(Task task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::Work() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // Stopping, and the queue is drained.
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::move(task)();
+  }
+}
+
+void ManualExecutor::Schedule(Task task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.push_back(std::move(task));
+}
+
+bool ManualExecutor::RunOne() {
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    task = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  std::move(task)();
+  return true;
+}
+
+size_t ManualExecutor::RunAll() {
+  size_t ran = 0;
+  while (RunOne()) ++ran;
+  return ran;
+}
+
+size_t ManualExecutor::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace paddock
