@@ -151,7 +151,14 @@ class Cache {
   // one instant.
   Stats stats() const;
 
-  // Returns the options in effect, with `shards` resolved.
+  // Cache::loads_in_flight()
+  //
+  // Returns the number of keys with a coalesced load (foreground or
+  // refresh) registered now; 0 whenever no such load runs. Thread-safe; takes
+  // each shard lock briefly.
+  size_t loads_in_flight() const;
+
+  // Returns the options in effect, with `shards` and `clock` resolved.
   const Options& options() const { return options_; }
 
  private:
@@ -268,7 +275,8 @@ class Cache {
         return;
       }
       if (run) {
-        (void)cache->RunLoad(key_, hash_, flight_, LoadKind::kRefresh, 0);
+        cache->RunLoad(key_, hash_, flight_, LoadKind::kRefresh, 0)
+            .IgnoreError();
       } else {
         cache->slots_.Release();
         cache->Finish(key_, hash_, flight_, 0,
@@ -926,6 +934,17 @@ size_t Cache<K, V, P, H, E>::size() const {
   size_t total = 0;
   for (size_t i = 0; i < shard_count_; ++i) {
     total += shards_[i].size.load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
+template <typename K, typename V, typename P, typename H, typename E>
+  requires RefreshPolicy<P>
+size_t Cache<K, V, P, H, E>::loads_in_flight() const {
+  size_t total = 0;
+  for (size_t i = 0; i < shard_count_; ++i) {
+    std::lock_guard<std::mutex> lock(shards_[i].mu);
+    total += shards_[i].in_flight.size();
   }
   return total;
 }

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Packaging test: builds tests/package/consumer against paddock.
+#
+#   tests/package/run.sh MODE SOURCE_DIR WORK_DIR
+#
+# MODE is
+#   find_package      configure, build and install paddock (library only) into
+#                     WORK_DIR/prefix, build the consumer with
+#                     find_package(paddock), run it; then check that
+#                     `pkg-config --cflags --libs paddock` builds a one-file
+#                     program from the same main.cpp, and run that too.
+#   add_subdirectory  build the consumer with add_subdirectory(SOURCE_DIR), run
+#                     it.
+# WORK_DIR is wiped first. CXX picks the compiler (default: cmake's choice, and
+# g++ for the pkg-config check); CMAKE_COMMAND picks cmake.
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 find_package|add_subdirectory SOURCE_DIR WORK_DIR" >&2
+  exit 2
+fi
+mode=$1
+source_dir=$(cd "$2" && pwd)
+work_dir=$3
+cmake=${CMAKE_COMMAND:-cmake}
+consumer_dir="$source_dir/tests/package/consumer"
+
+case "$mode" in
+  find_package | add_subdirectory) ;;
+  *)
+    echo "$0: unknown mode '$mode'" >&2
+    exit 2
+    ;;
+esac
+
+case "$work_dir" in
+  "" | / | "$source_dir")
+    echo "$0: refusing to use '$work_dir' as the work dir" >&2
+    exit 2
+    ;;
+esac
+rm -rf "$work_dir"
+mkdir -p "$work_dir"
+work_dir=$(cd "$work_dir" && pwd)
+
+common_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+if [[ -n "${CXX:-}" ]]; then
+  common_args+=("-DCMAKE_CXX_COMPILER=$CXX")
+fi
+
+step() { printf '\n==> %s\n' "$*"; }
+
+case "$mode" in
+  find_package)
+    prefix="$work_dir/prefix"
+
+    step "configure paddock ($source_dir)"
+    "$cmake" -S "$source_dir" -B "$work_dir/paddock-build" "${common_args[@]}" \
+      -DPADDOCK_BUILD_TESTS=OFF -DPADDOCK_BUILD_BENCHMARKS=OFF \
+      -DPADDOCK_BUILD_EXAMPLES=OFF "-DCMAKE_INSTALL_PREFIX=$prefix"
+    step "build paddock"
+    "$cmake" --build "$work_dir/paddock-build"
+    step "install paddock into $prefix"
+    "$cmake" --install "$work_dir/paddock-build"
+
+    step "configure the consumer (find_package)"
+    "$cmake" -S "$consumer_dir" -B "$work_dir/consumer-build" \
+      "${common_args[@]}" -DCONSUMER_MODE=find_package \
+      "-DCMAKE_PREFIX_PATH=$prefix"
+    step "build the consumer"
+    "$cmake" --build "$work_dir/consumer-build"
+    step "run the consumer"
+    "$work_dir/consumer-build/consumer"
+
+    step "pkg-config"
+    pc_file=$(find "$prefix" -name paddock.pc -print -quit)
+    if [[ -z "$pc_file" ]]; then
+      echo "paddock.pc was not installed under $prefix" >&2
+      exit 1
+    fi
+    export PKG_CONFIG_PATH
+    PKG_CONFIG_PATH="$(dirname "$pc_file")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    pkg-config --exists --print-errors paddock
+    echo "paddock $(pkg-config --modversion paddock)"
+    read -r -a pc_flags <<<"$(pkg-config --cflags --libs paddock)"
+    printf 'flags: %s\n' "${pc_flags[*]}"
+    cxx=${CXX:-g++}
+    step "compile main.cpp with $cxx and the pkg-config flags"
+    "$cxx" "$consumer_dir/main.cpp" -o "$work_dir/consumer-pkg-config" \
+      "${pc_flags[@]}"
+    step "run the pkg-config consumer"
+    "$work_dir/consumer-pkg-config"
+    ;;
+
+  add_subdirectory)
+    step "configure the consumer (add_subdirectory $source_dir)"
+    "$cmake" -S "$consumer_dir" -B "$work_dir/consumer-build" \
+      "${common_args[@]}" -DCONSUMER_MODE=add_subdirectory \
+      "-DPADDOCK_SOURCE_DIR=$source_dir"
+    step "build the consumer"
+    "$cmake" --build "$work_dir/consumer-build"
+    step "run the consumer"
+    "$work_dir/consumer-build/consumer"
+    ;;
+esac
+
+step "package test '$mode' passed"
