@@ -9,9 +9,8 @@ namespace {
 
 absl::Status Invalid(const char* field, const char* rule,
                      const std::string& got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("paddock::Options: ", field, " must be ", rule, ", got ",
-                   got));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "paddock::Options: ", field, " must be ", rule, ", got ", got));
 }
 
 }  // namespace

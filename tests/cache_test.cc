@@ -133,7 +133,8 @@ TYPED_TEST(EveryPolicy, LoaderErrorReachesEveryWaiterOfThatLoad) {
   for (int i = 1; i < kCallers; ++i) {
     threads.emplace_back([&, i] { results[i] = cache.Get("a").status(); });
   }
-  while (cache.stats().coalesced_waits < kCallers - 1) std::this_thread::yield();
+  while (cache.stats().coalesced_waits < kCallers - 1)
+    std::this_thread::yield();
   gate.Open();
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(loads, 1);
@@ -219,9 +220,7 @@ TYPED_TEST(EveryPolicy, LoadRacingWithInvalidateOrPutDoesNotStore) {
 TYPED_TEST(EveryPolicy, SizeNeverExceedsMaxEntries) {
   this->options_.max_entries = 10;
   typename TestFixture::StringCache cache(
-      [](const std::string& key) -> absl::StatusOr<std::string> {
-        return key;
-      },
+      [](const std::string& key) -> absl::StatusOr<std::string> { return key; },
       this->options_);
   for (int i = 0; i < 1000; ++i) {
     ASSERT_EQ(*cache.Get(absl::StrCat(i)), absl::StrCat(i));
@@ -459,9 +458,7 @@ TEST_F(CacheTest, EvictionTakesExpiredEntriesFirst) {
   options_.max_entries = 4;
   options_.shards = 1;
   Cache<std::string, std::string, SingleFlight> cache(
-      [](const std::string& key) -> absl::StatusOr<std::string> {
-        return key;
-      },
+      [](const std::string& key) -> absl::StatusOr<std::string> { return key; },
       options_);
   ASSERT_TRUE(cache.Get("expired").ok());
   clock_.Advance(absl::Seconds(5));
@@ -481,9 +478,7 @@ TEST_F(CacheTest, EvictionFollowsSieveAmongFreshEntries) {
   options_.max_entries = 3;
   options_.shards = 1;
   Cache<std::string, std::string, SingleFlight> cache(
-      [](const std::string& key) -> absl::StatusOr<std::string> {
-        return key;
-      },
+      [](const std::string& key) -> absl::StatusOr<std::string> { return key; },
       options_);
   for (const char* key : {"a", "b", "c"}) ASSERT_TRUE(cache.Get(key).ok());
   ASSERT_TRUE(cache.Get("a").ok());  // Visited.

@@ -56,8 +56,8 @@
 #include "paddock/internal/load_stack.h"
 #include "paddock/internal/node_table.h"
 #include "paddock/internal/per_thread_counters.h"
-#include "paddock/internal/sieve.h"
 #include "paddock/internal/seed.h"
+#include "paddock/internal/sieve.h"
 #include "paddock/internal/time_math.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
@@ -68,7 +68,7 @@ namespace paddock {
 
 template <typename K, typename V, typename Policy = SoftTtl,
           typename Hash = absl::Hash<K>, typename Eq = std::equal_to<K>>
-  requires RefreshPolicy<Policy>
+requires RefreshPolicy<Policy>
 class Cache {
  public:
   // Produces the value for a key, or an error. Called concurrently for
@@ -402,26 +402,25 @@ class Cache {
 // Implementation.
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-Options Cache<K, V, P, H, E>::Resolve(Options options) {
+requires RefreshPolicy<P> Options
+Cache<K, V, P, H, E>::Resolve(Options options) {
   if (absl::Status s = options.Validate(); !s.ok()) {
     throw std::invalid_argument(std::string(s.message()));
   }
   if (options.shards == 0) {
     const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-    options.shards = static_cast<int>(std::min<unsigned>(
-        std::bit_ceil(4 * cpus), 256));
+    options.shards =
+        static_cast<int>(std::min<unsigned>(std::bit_ceil(4 * cpus), 256));
   }
-  options.shards = static_cast<int>(
-      std::min<size_t>(static_cast<size_t>(options.shards),
-                       options.max_entries));
+  options.shards = static_cast<int>(std::min<size_t>(
+      static_cast<size_t>(options.shards), options.max_entries));
   if (options.clock == nullptr) options.clock = SystemClock::Get();
   return options;
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
+requires RefreshPolicy<P> Cache<K, V, P, H, E>::Cache(Loader loader,
+                                                      Options options, P policy)
     : loader_(std::move(loader)),
       options_(Resolve(options)),
       policy_(std::move(policy)),
@@ -447,8 +446,7 @@ Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-Cache<K, V, P, H, E>::~Cache() {
+requires RefreshPolicy<P> Cache<K, V, P, H, E>::~Cache() {
   lifeline_->CloseAndWait();
   pool_.reset();  // Runs queued tasks, which now skip the closed cache.
   for (size_t i = 0; i < shard_count_; ++i) {
@@ -458,8 +456,8 @@ Cache<K, V, P, H, E>::~Cache() {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
+requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Get(
+    const K& key) {
   const size_t hash = hash_(key);
   Shard& shard = ShardFor(hash);
   internal::ThreadRecord* const record = internal::CurrentThreadRecord();
@@ -490,14 +488,14 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
     Node* n, int64_t now, bool count) {
   if (n->value.has_value() && now < n->keep_until) {
-    const Decision d = now < n->quiet_until
-                           ? Decision::kServe
-                           : policy_.Decide(StateOf(n), absl::FromUnixNanos(now),
-                                            rng_);
+    const Decision d =
+        now < n->quiet_until
+            ? Decision::kServe
+            : policy_.Decide(StateOf(n), absl::FromUnixNanos(now), rng_);
     if (d != Decision::kLoad) {
       MarkVisited(n);
       const bool refresh = d == Decision::kServeAndRefresh &&
@@ -531,7 +529,7 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 void Cache<K, V, P, H, E>::ServeStale(const Node* n, int64_t now) {
   cold_.stale_fallbacks.fetch_add(1, std::memory_order_relaxed);
   if (options_.listener != nullptr) {
@@ -540,9 +538,8 @@ void Cache<K, V, P, H, E>::ServeStale(const Node* n, int64_t now) {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
-                                               size_t hash) {
+requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(
+    Shard& shard, const K& key, size_t hash) {
   if (internal::IsLoadingOnThisThread(this, hash, key, eq_)) {
     return absl::FailedPreconditionError(
         "paddock: the loader called Get for the key it is loading");
@@ -601,8 +598,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
+requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
     const std::shared_ptr<Flight>& flight, Shard& shard, const K& key,
     size_t hash) {
   const std::shared_future<Outcome>& result = flight->result;
@@ -611,8 +607,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
     result.wait();
     ready = true;
   } else {
-    ready = result.wait_for(absl::ToChronoNanoseconds(
-                options_.wait_timeout)) == std::future_status::ready;
+    ready = result.wait_for(absl::ToChronoNanoseconds(options_.wait_timeout)) ==
+            std::future_status::ready;
   }
   if (ready) return Serve(result.get());
 
@@ -634,8 +630,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(const Outcome& outcome) {
+requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(
+    const Outcome& outcome) {
   if (outcome.stale) {
     cold_.stale_fallbacks.fetch_add(1, std::memory_order_relaxed);
   }
@@ -643,9 +639,9 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(const Outcome& outcome) {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key,
-                                        size_t hash, Node* n) {
+requires RefreshPolicy<P>
+void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key, size_t hash,
+                                        Node* n) {
   std::shared_ptr<Flight> flight;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
@@ -672,8 +668,7 @@ void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key,
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-Executor* Cache<K, V, P, H, E>::executor() {
+requires RefreshPolicy<P> Executor* Cache<K, V, P, H, E>::executor() {
   if (options_.executor != nullptr) return options_.executor;
   std::call_once(pool_once_, [&] {
     const int threads = static_cast<int>(
@@ -684,8 +679,8 @@ Executor* Cache<K, V, P, H, E>::executor() {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key) {
+requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(
+    const K& key) {
   try {
     return loader_(key);
   } catch (const std::exception& e) {
@@ -699,8 +694,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key) {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
+requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
     const K& key, size_t hash, const std::shared_ptr<Flight>& flight,
     LoadKind kind, uint64_t writes_seen) {
   cold_.loads.fetch_add(1, std::memory_order_relaxed);
@@ -729,7 +723,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
     const K& key, size_t hash, const std::shared_ptr<Flight>& flight,
     uint64_t writes_seen, absl::StatusOr<V> result, bool loader_ran,
@@ -757,8 +751,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
         evicted = Store(shard, current, n, finished, retire);
       }
     } else {
-      const bool fallback = current != nullptr &&
-                            current->value.has_value() &&
+      const bool fallback = current != nullptr && current->value.has_value() &&
                             finished < current->on_error_until;
       const bool remember =
           own && loader_ran && options_.error_ttl > absl::ZeroDuration();
@@ -800,7 +793,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 typename Cache<K, V, P, H, E>::Node* Cache<K, V, P, H, E>::NewNode(
     const K& key, size_t hash, const Node* previous, int64_t load_duration,
     int64_t now) {
@@ -818,7 +811,7 @@ typename Cache<K, V, P, H, E>::Node* Cache<K, V, P, H, E>::NewNode(
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 int Cache<K, V, P, H, E>::Store(Shard& shard, Node* previous, Node* n,
                                 int64_t now, DeferredRetire& retire) {
   if (previous != nullptr) {
@@ -844,7 +837,7 @@ int Cache<K, V, P, H, E>::Store(Shard& shard, Node* previous, Node* n,
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 void Cache<K, V, P, H, E>::Unlink(Shard& shard, Node* n,
                                   DeferredRetire& retire) {
   shard.table.Erase(n);
@@ -855,8 +848,9 @@ void Cache<K, V, P, H, E>::Unlink(Shard& shard, Node* n,
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(const K& key) const {
+requires RefreshPolicy<P> std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(
+    const K& key)
+const {
   const size_t hash = hash_(key);
   internal::EpochGuard guard;
   Node* n = FindIn(ShardFor(hash), hash, key);
@@ -874,7 +868,7 @@ std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(const K& key) const {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   const size_t hash = hash_(key);
   Shard& shard = ShardFor(hash);
@@ -900,7 +894,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 void Cache<K, V, P, H, E>::Invalidate(const K& key) {
   const size_t hash = hash_(key);
   Shard& shard = ShardFor(hash);
@@ -914,7 +908,7 @@ void Cache<K, V, P, H, E>::Invalidate(const K& key) {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
+requires RefreshPolicy<P>
 void Cache<K, V, P, H, E>::InvalidateAll() {
   for (size_t i = 0; i < shard_count_; ++i) {
     Shard& shard = shards_[i];
@@ -929,8 +923,8 @@ void Cache<K, V, P, H, E>::InvalidateAll() {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-size_t Cache<K, V, P, H, E>::size() const {
+requires RefreshPolicy<P> size_t Cache<K, V, P, H, E>::size()
+const {
   size_t total = 0;
   for (size_t i = 0; i < shard_count_; ++i) {
     total += shards_[i].size.load(std::memory_order_relaxed);
@@ -939,8 +933,8 @@ size_t Cache<K, V, P, H, E>::size() const {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-size_t Cache<K, V, P, H, E>::loads_in_flight() const {
+requires RefreshPolicy<P> size_t Cache<K, V, P, H, E>::loads_in_flight()
+const {
   size_t total = 0;
   for (size_t i = 0; i < shard_count_; ++i) {
     std::lock_guard<std::mutex> lock(shards_[i].mu);
@@ -950,8 +944,8 @@ size_t Cache<K, V, P, H, E>::loads_in_flight() const {
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-  requires RefreshPolicy<P>
-Stats Cache<K, V, P, H, E>::stats() const {
+requires RefreshPolicy<P> Stats Cache<K, V, P, H, E>::stats()
+const {
   auto get = [](const std::atomic<uint64_t>& c) {
     return c.load(std::memory_order_relaxed);
   };

@@ -55,9 +55,9 @@ class Random {
 
 // What the cache knows about a stored value when it asks a policy.
 struct EntryState {
-  absl::Time loaded_at;  // When the load that produced it completed.
-  absl::Time expires_at;  // `loaded_at + Lifetime::expires_after`.
-  absl::Duration load_duration;  // Δ: how long that load took.
+  absl::Time loaded_at;            // When the load that produced it completed.
+  absl::Time expires_at;           // `loaded_at + Lifetime::expires_after`.
+  absl::Duration load_duration;    // Δ: how long that load took.
   bool refresh_in_flight = false;  // A load of this key is running.
 };
 
@@ -100,14 +100,13 @@ struct Lifetime {
 //  - optionally `p.Validate()` returning `absl::Status`: checked by the cache
 //    constructor, which throws `std::invalid_argument` on an error.
 template <typename P>
-concept RefreshPolicy =
-    std::copy_constructible<P> &&
+concept RefreshPolicy = std::copy_constructible<P> &&
     requires(const P& p, const EntryState& state, absl::Time now,
              absl::Duration d, Random& rng) {
-      { P::kCoalesceLoads } -> std::convertible_to<bool>;
-      { p.OnStore(d, d, rng) } -> std::same_as<Lifetime>;
-      { p.Decide(state, now, rng) } -> std::same_as<Decision>;
-    };
+  { P::kCoalesceLoads } -> std::convertible_to<bool>;
+  { p.OnStore(d, d, rng) } -> std::same_as<Lifetime>;
+  { p.Decide(state, now, rng) } -> std::same_as<Decision>;
+};
 
 // NaiveJitter
 //
@@ -228,14 +227,14 @@ struct SoftTtl {
   }
   absl::Status Validate() const {
     if (stale_for < absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "paddock::SoftTtl: stale_for must be >= 0, got ",
-          absl::FormatDuration(stale_for)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("paddock::SoftTtl: stale_for must be >= 0, got ",
+                       absl::FormatDuration(stale_for)));
     }
     if (stale_if_error < absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "paddock::SoftTtl: stale_if_error must be >= 0, got ",
-          absl::FormatDuration(stale_if_error)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("paddock::SoftTtl: stale_if_error must be >= 0, got ",
+                       absl::FormatDuration(stale_if_error)));
     }
     return absl::OkStatus();
   }
