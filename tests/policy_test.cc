@@ -289,6 +289,23 @@ TEST_F(PolicyInCache, FailedRefreshKeepsTheValueAndTheEntryRefreshable) {
   EXPECT_EQ(*cache.Get("k"), "v2");
 }
 
+TEST_F(PolicyInCache, FailedRefreshWithErrorTtlKeepsServingAndBacksOff) {
+  options_.error_ttl = absl::Seconds(5);
+  Cache<std::string, std::string, SoftTtl> cache(CountingLoader(), options_);
+  ASSERT_EQ(*cache.Get("k"), "v1");
+  clock_.Advance(absl::Seconds(11));
+  fail_ = true;
+  ASSERT_EQ(*cache.Get("k"), "v1");
+  EXPECT_EQ(executor_.RunAll(), 1u);  // The refresh fails.
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(*cache.Get("k"), "v1");
+  EXPECT_EQ(executor_.pending(), 0u);  // No retry within error_ttl ...
+  clock_.Advance(absl::Seconds(5));
+  fail_ = false;
+  ASSERT_EQ(*cache.Get("k"), "v1");
+  EXPECT_EQ(executor_.RunAll(), 1u);  // ... then one.
+  EXPECT_EQ(*cache.Get("k"), "v2");
+}
+
 // A refresh that never returns: the stale value is served no longer than
 // ttl + stale_for, and the key is usable again once the hung load is older
 // than max_load_age.

@@ -279,7 +279,7 @@ class Cache {
             .IgnoreError();
       } else {
         cache->slots_.Release();
-        cache->Finish(key_, hash_, flight_, 0,
+        cache->Finish(key_, hash_, flight_, 0, LoadKind::kRefresh,
                       absl::CancelledError("paddock: refresh task dropped"),
                       /*loader_ran=*/false, 0, 0);
       }
@@ -368,8 +368,8 @@ class Cache {
   absl::StatusOr<V> CallLoader(const K& key);
   Outcome Finish(const K& key, size_t hash,
                  const std::shared_ptr<Flight>& flight, uint64_t writes_seen,
-                 absl::StatusOr<V> result, bool loader_ran, int64_t started,
-                 int64_t finished);
+                 LoadKind kind, absl::StatusOr<V> result, bool loader_ran,
+                 int64_t started, int64_t finished);
   Node* NewNode(const K& key, size_t hash, const Node* previous,
                 int64_t load_duration, int64_t now);
   // Stores `n` in place of `previous` (may be null); returns evictions.
@@ -587,7 +587,7 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(
   }
   if (!slots_.AcquireFor(options_.wait_timeout)) {
     const int64_t now = NowNanos();
-    return Serve(Finish(key, hash, flight, writes_seen,
+    return Serve(Finish(key, hash, flight, writes_seen, LoadKind::kForeground,
                         absl::DeadlineExceededError(absl::StrCat(
                             "paddock: no load slot came free within "
                             "wait_timeout (",
@@ -716,8 +716,9 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
     listener->OnLoadFinish(kind, absl::Nanoseconds(finished - started),
                            result.status());
   }
-  Outcome outcome = Finish(key, hash, flight, writes_seen, std::move(result),
-                           /*loader_ran=*/true, started, finished);
+  Outcome outcome =
+      Finish(key, hash, flight, writes_seen, kind, std::move(result),
+             /*loader_ran=*/true, started, finished);
   if (kind == LoadKind::kRefresh) return outcome.value;
   return Serve(outcome);
 }
@@ -726,8 +727,8 @@ template <typename K, typename V, typename P, typename H, typename E>
 requires RefreshPolicy<P>
 typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
     const K& key, size_t hash, const std::shared_ptr<Flight>& flight,
-    uint64_t writes_seen, absl::StatusOr<V> result, bool loader_ran,
-    int64_t started, int64_t finished) {
+    uint64_t writes_seen, LoadKind kind, absl::StatusOr<V> result,
+    bool loader_ran, int64_t started, int64_t finished) {
   Shard& shard = ShardFor(hash);
   Outcome outcome{std::move(result), false};
   int evicted = 0;
@@ -751,14 +752,18 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
         evicted = Store(shard, current, n, finished, retire);
       }
     } else {
-      const bool fallback = current != nullptr && current->value.has_value() &&
-                            finished < current->on_error_until;
+      const bool has_value = current != nullptr && current->value.has_value();
+      // Callers of this load get the stale value instead of the error.
+      const bool fallback = has_value && finished < current->on_error_until;
+      // A failed refresh never takes away the value it was refreshing.
+      const bool keep_value =
+          fallback || (has_value && kind == LoadKind::kRefresh);
       const bool remember =
           own && loader_ran && options_.error_ttl > absl::ZeroDuration();
       if (remember) {
         // Negative caching: no loader call for this key until error_until.
         auto* n = new Node(hash, key);
-        if (fallback) {
+        if (keep_value) {
           n->value = current->value;
           n->quiet_until = current->quiet_until;
           n->loaded_at = current->loaded_at;
@@ -770,10 +775,10 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
           n->loaded_at = finished;
           n->expires_at = std::numeric_limits<int64_t>::min();
           n->load_duration = finished - started;
+          n->keep_until = internal::AddSaturated(finished, options_.error_ttl);
         }
         n->error = outcome.value.status();
         n->error_until = internal::AddSaturated(finished, options_.error_ttl);
-        n->keep_until = std::max(n->keep_until, n->error_until);
         evicted = Store(shard, current, n, finished, retire);
       } else if (own && current != nullptr) {
         // Eligible for the next refresh: never wedged by one failure.
