@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -74,7 +75,16 @@ void ManualClock::Advance(absl::Duration d) {
         absl::StrCat("paddock::ManualClock::Advance: d must be >= 0, got ",
                      absl::FormatDuration(d)));
   }
-  nanos_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_acq_rel);
+  const int64_t step = absl::ToInt64Nanoseconds(d);  // Saturates.
+  int64_t current = nanos_.load(std::memory_order_acquire);
+  int64_t next;
+  do {
+    // Saturate at the latest representable time instead of wrapping.
+    if (__builtin_add_overflow(current, step, &next)) {
+      next = std::numeric_limits<int64_t>::max();
+    }
+  } while (
+      !nanos_.compare_exchange_weak(current, next, std::memory_order_acq_rel));
 }
 
 void ManualClock::Set(absl::Time t) {

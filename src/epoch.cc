@@ -31,15 +31,22 @@ size_t retired_since_advance = 0;  // Guarded by retire_mu.
 // Objects retired in the last `kAdvanceEvery` retirements wait for an advance.
 constexpr size_t kAdvanceEvery = 64;
 
+// Set once the calling thread's RecordOwner is destroyed: a record acquired
+// after that (by a later thread_local destructor) is never handed back.
+thread_local bool owner_destroyed = false;
+
 // Releases the calling thread's record when the thread exits.
 struct RecordOwner {
   ThreadRecord* record = nullptr;
+  ThreadRecord** cache = nullptr;
   ~RecordOwner() {
-    if (record != nullptr && record->depth == 0) {
-      record->state.store(0, std::memory_order_release);
-      std::lock_guard<std::mutex> lock(registry_mu);
-      record->in_use.store(false, std::memory_order_release);
-    }
+    owner_destroyed = true;
+    if (record == nullptr || record->depth != 0) return;
+    // Later guards on this thread must acquire a record of their own.
+    *cache = nullptr;
+    record->state.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(registry_mu);
+    record->in_use.store(false, std::memory_order_release);
   }
 };
 
@@ -67,8 +74,7 @@ size_t Free(std::vector<Retired>& objects) {
 
 }  // namespace
 
-ThreadRecord* AcquireThreadRecord() {
-  static thread_local RecordOwner owner;
+ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
   ThreadRecord* record = nullptr;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
@@ -87,7 +93,11 @@ ThreadRecord* AcquireThreadRecord() {
     }
     record->in_use.store(true, std::memory_order_relaxed);
   }
-  owner.record = record;
+  if (!owner_destroyed) {
+    static thread_local RecordOwner owner;
+    owner.record = record;
+    owner.cache = cache;
+  }
   return record;
 }
 

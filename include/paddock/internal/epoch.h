@@ -30,14 +30,16 @@ struct alignas(64) ThreadRecord {
 };
 
 // Returns the calling thread's record, registering the thread on first use.
-ThreadRecord* AcquireThreadRecord();
+// `cache` is the caller's thread-local pointer to it, cleared when the thread
+// releases the record at exit.
+ThreadRecord* AcquireThreadRecord(ThreadRecord** cache);
 
 inline ThreadRecord* CurrentThreadRecord() {
   // A trivially destructible thread_local: access needs no init guard. The
   // record is released by a separate owner object on thread exit.
   static thread_local ThreadRecord* record = nullptr;
   if (record == nullptr) [[unlikely]] {
-    record = AcquireThreadRecord();
+    record = AcquireThreadRecord(&record);
   }
   return record;
 }

@@ -1,0 +1,234 @@
+// Tests of paddock/clock.h: ManualClock and SystemClock.
+
+#include "paddock/clock.h"
+
+#include <time.h>  // clock_gettime: the clock SystemClock documents it reads.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <latch>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace paddock {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+// A bound on polling loops, far beyond what any healthy run needs: the tests
+// assert what eventually holds, never how soon.
+constexpr int kMaxPolls = 20'000;
+
+TEST(ManualClockTest, StartsAtTheUnixEpochByDefault) {
+  ManualClock clock;
+  EXPECT_EQ(clock.Now(), absl::UnixEpoch());
+}
+
+TEST(ManualClockTest, StartsAtTheGivenTime) {
+  const absl::Time start = absl::FromUnixSeconds(1'700'000'000);
+  ManualClock clock(start);
+  EXPECT_EQ(clock.Now(), start);
+}
+
+TEST(ManualClockTest, AdvanceMovesTheClockForwardByTheDuration) {
+  ManualClock clock;
+  clock.Advance(absl::Seconds(3));
+  EXPECT_EQ(clock.Now(), absl::UnixEpoch() + absl::Seconds(3));
+  clock.Advance(absl::Nanoseconds(7));
+  EXPECT_EQ(clock.Now(),
+            absl::UnixEpoch() + absl::Seconds(3) + absl::Nanoseconds(7));
+}
+
+TEST(ManualClockTest, AdvanceByZeroLeavesTheClockWhereItWas) {
+  ManualClock clock(absl::FromUnixSeconds(100));
+  clock.Advance(absl::ZeroDuration());
+  EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(100));
+}
+
+TEST(ManualClockTest, SetMovesTheClockToTheGivenTime) {
+  ManualClock clock;
+  const absl::Time later = absl::UnixEpoch() + absl::Minutes(5);
+  clock.Set(later);
+  EXPECT_EQ(clock.Now(), later);
+}
+
+TEST(ManualClockTest, SetToTheCurrentTimeIsAllowed) {
+  ManualClock clock(absl::FromUnixSeconds(42));
+  clock.Set(absl::FromUnixSeconds(42));
+  EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(42));
+}
+
+TEST(ManualClockTest, AdvanceByANegativeDurationThrowsNamingTheDuration) {
+  ManualClock clock(absl::FromUnixSeconds(10));
+  EXPECT_THAT([&] { clock.Advance(absl::Seconds(-1)); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("-1s")));
+  EXPECT_THAT([&] { clock.Advance(absl::Milliseconds(-250)); },
+              ThrowsMessage<std::invalid_argument>(HasSubstr("-250ms")));
+  EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(10));
+}
+
+TEST(ManualClockTest, SetToAnEarlierTimeThrowsNamingTheTime) {
+  const absl::Time start = absl::FromUnixSeconds(1000);
+  const absl::Time earlier = absl::FromUnixSeconds(999);
+  ManualClock clock(start);
+  EXPECT_THAT([&] { clock.Set(earlier); },
+              ThrowsMessage<std::invalid_argument>(
+                  AllOf(HasSubstr(absl::FormatTime(earlier)),
+                        HasSubstr(absl::FormatTime(start)))));
+  EXPECT_EQ(clock.Now(), start);
+}
+
+// Advance() accepts any d >= 0, so it may refuse one it cannot represent or
+// stop at the largest time, but it must not wrap around into the past.
+TEST(ManualClockTest, AdvanceByAnInfiniteDurationNeverMovesTheClockBack) {
+  ManualClock clock(absl::UnixEpoch() + absl::Seconds(1));
+  const absl::Time before = clock.Now();
+  try {
+    clock.Advance(absl::InfiniteDuration());
+  } catch (const std::invalid_argument&) {
+    // Refusing is fine too.
+  }
+  EXPECT_GE(clock.Now(), before);
+}
+
+TEST(ManualClockTest, AdvancePastTheLatestRepresentableTimeNeverMovesItBack) {
+  ManualClock clock(absl::FromUnixNanos(INT64_MAX - 10));
+  const absl::Time before = clock.Now();
+  try {
+    clock.Advance(absl::Nanoseconds(100));
+  } catch (const std::invalid_argument&) {
+    // Refusing is fine too.
+  }
+  EXPECT_GE(clock.Now(), before);
+}
+
+TEST(ManualClockTest, ConcurrentAdvancesFromSeveralThreadsSumExactly) {
+  constexpr int kThreads = 4;
+  constexpr int kAdvancesPerThread = 20'000;
+  ManualClock clock;
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      // Threads advance by different steps so a lost update shows in the sum.
+      for (int i = 0; i < kAdvancesPerThread; ++i) {
+        clock.Advance(absl::Nanoseconds(t + 1));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  // Each thread t adds (t + 1) ns per advance: 1 + 2 + 3 + 4 = 10.
+  EXPECT_EQ(clock.Now(),
+            absl::UnixEpoch() + absl::Nanoseconds(10 * kAdvancesPerThread));
+}
+
+TEST(ManualClockTest, ConcurrentReadersNeverSeeTheClockGoBack) {
+  constexpr int kAdvances = 50'000;
+  ManualClock clock;
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    absl::Time last = clock.Now();
+    while (!done.load(std::memory_order_acquire)) {
+      const absl::Time now = clock.Now();
+      ASSERT_GE(now, last);
+      last = now;
+    }
+  });
+  for (int i = 0; i < kAdvances; ++i) clock.Advance(absl::Nanoseconds(1));
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_EQ(clock.Now(), absl::UnixEpoch() + absl::Nanoseconds(kAdvances));
+}
+
+TEST(SystemClockTest, GetReturnsOneInstanceOnEveryThread) {
+  SystemClock* const here = SystemClock::Get();
+  ASSERT_NE(here, nullptr);
+  EXPECT_EQ(SystemClock::Get(), here);
+  SystemClock* there = nullptr;
+  std::thread([&] { there = SystemClock::Get(); }).join();
+  EXPECT_EQ(there, here);
+}
+
+TEST(SystemClockTest, NowNeverGoesBackwards) {
+  const Clock& clock = *SystemClock::Get();
+  absl::Time last = clock.Now();
+  for (int i = 0; i < 100'000; ++i) {
+    const absl::Time now = clock.Now();
+    ASSERT_GE(now, last);
+    last = now;
+  }
+}
+
+TEST(SystemClockTest, NowNanosIsNowInNanosecondsSinceTheUnixEpoch) {
+  const int64_t before = SystemClock::NowNanos();
+  const absl::Time now = SystemClock::Get()->Now();
+  const int64_t after = SystemClock::NowNanos();
+  EXPECT_LE(before, absl::ToUnixNanos(now));
+  EXPECT_LE(absl::ToUnixNanos(now), after);
+}
+
+TEST(SystemClockTest, CoarseNowNeverRunsAheadOfNow) {
+  int64_t last_coarse = SystemClock::CoarseNowNanos();
+  EXPECT_GT(last_coarse, 0);
+  for (int i = 0; i < 100'000; ++i) {
+    const int64_t coarse = SystemClock::CoarseNowNanos();
+    const int64_t precise = SystemClock::NowNanos();
+    ASSERT_LE(coarse, precise);
+    ASSERT_GE(coarse, last_coarse) << "the coarse clock went back";
+    last_coarse = coarse;
+  }
+}
+
+TEST(SystemClockTest, CoarseNowNeverRunsAheadOfNowOnAnotherThread) {
+  SystemClock::CoarseNowNanos();  // Starts the ticker.
+  std::atomic<bool> done{false};
+  // Publishes readings from another thread while this one checks.
+  std::thread publisher([&] {
+    while (!done.load(std::memory_order_relaxed)) SystemClock::NowNanos();
+  });
+  for (int i = 0; i < 100'000; ++i) {
+    const int64_t coarse = SystemClock::CoarseNowNanos();
+    const int64_t precise = SystemClock::NowNanos();
+    ASSERT_LE(coarse, precise);
+  }
+  done.store(true, std::memory_order_relaxed);
+  publisher.join();
+}
+
+TEST(SystemClockTest, CoarseNowCatchesUpWithAnEarlierNow) {
+  SystemClock::CoarseNowNanos();  // Starts the ticker.
+  const int64_t precise = SystemClock::NowNanos();
+  int64_t coarse = SystemClock::CoarseNowNanos();
+  for (int i = 0; i < kMaxPolls && coarse < precise; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    coarse = SystemClock::CoarseNowNanos();
+  }
+  EXPECT_GE(coarse, precise);
+}
+
+// No `Now()` call here: only the ticker can move the coarse clock past the
+// monotonic reading taken directly from the OS.
+TEST(SystemClockTest, CoarseNowCatchesUpWithoutCallsToNow) {
+  SystemClock::CoarseNowNanos();  // Starts the ticker.
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t monotonic = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  int64_t coarse = SystemClock::CoarseNowNanos();
+  for (int i = 0; i < kMaxPolls && coarse < monotonic; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    coarse = SystemClock::CoarseNowNanos();
+  }
+  EXPECT_GE(coarse, monotonic);
+}
+
+}  // namespace
+}  // namespace paddock

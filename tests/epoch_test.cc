@@ -1,0 +1,276 @@
+// Tests of paddock/internal/epoch.h: guards, retirement and reclamation, and
+// the per-thread record registry.
+
+#include "paddock/internal/epoch.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <future>
+#include <latch>
+#include <memory>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace paddock::internal {
+namespace {
+
+// Sets `*freed` when deleted, so a test sees when reclamation freed it.
+struct Tracked {
+  explicit Tracked(std::atomic<bool>* freed) : freed(freed) {}
+  ~Tracked() { freed->store(true, std::memory_order_release); }
+  std::atomic<bool>* freed;
+};
+
+// Calls TryReclaim() a few times: more than enough for any grace period that
+// is not held up by a guard.
+void ReclaimRepeatedly() {
+  for (int i = 0; i < 10; ++i) TryReclaim();
+}
+
+// A thread that enters an EpochGuard and stays inside it until Release().
+class GuardOnAnotherThread {
+ public:
+  GuardOnAnotherThread()
+      : thread_([this, released = release_.get_future()] {
+          EpochGuard guard;
+          entered_.set_value();
+          released.wait();
+        }) {
+    entered_.get_future().wait();
+  }
+  ~GuardOnAnotherThread() {
+    if (thread_.joinable()) Release();
+  }
+
+  // Ends the guard and waits for the thread to exit.
+  void Release() {
+    release_.set_value();
+    thread_.join();
+  }
+
+ private:
+  std::promise<void> entered_;
+  std::promise<void> release_;
+  std::thread thread_;
+};
+
+TEST(EpochTest, RetiredObjectIsFreedOnceNoGuardIsActive) {
+  std::atomic<bool> freed{false};
+  RetireObject(new Tracked(&freed));
+  EXPECT_GE(TryReclaim(), 1u);
+  EXPECT_TRUE(freed.load());
+  EXPECT_EQ(PendingRetirements(), 0u);
+}
+
+TEST(EpochTest, RetiredObjectIsNotFreedWhileAGuardOnAnotherThreadIsActive) {
+  std::atomic<bool> freed{false};
+  GuardOnAnotherThread reader;
+  RetireObject(new Tracked(&freed));
+  for (int i = 0; i < 20; ++i) {
+    TryReclaim();
+    ASSERT_FALSE(freed.load()) << "freed under an active guard, attempt " << i;
+  }
+  EXPECT_GE(PendingRetirements(), 1u);
+
+  reader.Release();
+  TryReclaim();
+  EXPECT_TRUE(freed.load());
+}
+
+TEST(EpochTest, ManyRetirementsDoNotFreeObjectsAGuardMayStillSee) {
+  // Retire() advances the epoch on its own every so many calls; that must
+  // respect active guards as TryReclaim() does.
+  constexpr int kObjects = 500;
+  std::vector<std::atomic<bool>> freed(kObjects);
+  GuardOnAnotherThread reader;
+  for (int i = 0; i < kObjects; ++i) RetireObject(new Tracked(&freed[i]));
+  for (int i = 0; i < kObjects; ++i) {
+    ASSERT_FALSE(freed[i].load()) << "object " << i;
+  }
+
+  reader.Release();
+  TryReclaim();
+  for (int i = 0; i < kObjects; ++i) EXPECT_TRUE(freed[i].load()) << i;
+}
+
+TEST(EpochTest, ObjectRetiredInsideAGuardOnThisThreadOutlivesTheGuard) {
+  std::atomic<bool> freed{false};
+  {
+    EpochGuard guard;
+    RetireObject(new Tracked(&freed));
+    ReclaimRepeatedly();
+    EXPECT_FALSE(freed.load());
+  }
+  TryReclaim();
+  EXPECT_TRUE(freed.load());
+}
+
+TEST(EpochTest, NestedGuardsProtectUntilTheOutermostEnds) {
+  ThreadRecord* const record = CurrentThreadRecord();
+  std::atomic<bool> freed{false};
+  {
+    EpochGuard outer;
+    EXPECT_EQ(record->depth, 1u);
+    RetireObject(new Tracked(&freed));
+    // Moves the epoch as far as `outer` allows.
+    ReclaimRepeatedly();
+    {
+      // An inner guard must not announce the newer epoch: that would let
+      // reclamation free what `outer` may still see.
+      EpochGuard inner;
+      EXPECT_EQ(record->depth, 2u);
+      ReclaimRepeatedly();
+      EXPECT_FALSE(freed.load());
+    }
+    EXPECT_EQ(record->depth, 1u);
+    EXPECT_NE(record->state.load() & 1, 0u) << "inner guard ended outer";
+    ReclaimRepeatedly();
+    EXPECT_FALSE(freed.load());
+  }
+  EXPECT_EQ(record->depth, 0u);
+  EXPECT_EQ(record->state.load(), 0u);
+  TryReclaim();
+  EXPECT_TRUE(freed.load());
+}
+
+TEST(EpochTest, AThreadThatExitedDoesNotHoldBackReclamation) {
+  std::thread([] { EpochGuard guard; }).join();
+  std::atomic<bool> freed{false};
+  RetireObject(new Tracked(&freed));
+  TryReclaim();
+  EXPECT_TRUE(freed.load());
+}
+
+TEST(EpochTest, CurrentThreadRecordIsStableOnAThread) {
+  ThreadRecord* const record = CurrentThreadRecord();
+  EXPECT_EQ(CurrentThreadRecord(), record);
+  EXPECT_TRUE(record->in_use.load());
+}
+
+TEST(EpochTest, ConcurrentlyLiveThreadsHaveDistinctRecords) {
+  constexpr int kThreads = 8;
+  std::vector<ThreadRecord*> records(kThreads);
+  std::latch all_registered(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      records[t] = CurrentThreadRecord();
+      // Stay alive until every thread has its record.
+      all_registered.arrive_and_wait();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::set<ThreadRecord*> distinct_records(records.begin(), records.end());
+  std::set<uint32_t> distinct_indices;
+  for (ThreadRecord* record : records) distinct_indices.insert(record->index);
+  EXPECT_EQ(distinct_records.size(), static_cast<size_t>(kThreads));
+  EXPECT_EQ(distinct_indices.size(), static_cast<size_t>(kThreads));
+}
+
+TEST(EpochTest, ThreadRecordsAreReusedAfterThreadsExit) {
+  constexpr int kThreads = 100;
+  CurrentThreadRecord();  // This thread's record is taken before the loop.
+  std::vector<uint32_t> indices;
+  for (int t = 0; t < kThreads; ++t) {
+    uint32_t index = 0;
+    std::thread([&] { index = CurrentThreadRecord()->index; }).join();
+    indices.push_back(index);
+  }
+  // Never more than a couple of threads are alive at once in this test (and
+  // only a handful in this binary), so indices stay small if records are
+  // reused; without reuse they would reach 100.
+  EXPECT_LT(*std::max_element(indices.begin(), indices.end()), 16u);
+}
+
+// A thread-local object whose destructor takes a guard, as one that flushes
+// into a cache when its thread exits would.
+struct GuardsAtThreadExit {
+  ~GuardsAtThreadExit() {
+    EpochGuard guard;
+    if (record_owned != nullptr) {
+      record_owned->store(CurrentThreadRecord()->in_use.load());
+    }
+  }
+  std::atomic<bool>* record_owned = nullptr;
+};
+
+// A guard on a record the thread no longer owns would share it with the next
+// thread to register, which races on `depth` and can clear the other's
+// announcement while it reads.
+TEST(EpochTest, AGuardInAThreadLocalDestructorUsesARecordTheThreadStillOwns) {
+  std::atomic<bool> record_owned{false};
+  std::thread([&] {
+    // Constructed before the thread acquires its record, so destroyed after
+    // the thread-local owner that releases the record at thread exit.
+    thread_local GuardsAtThreadExit at_exit;
+    at_exit.record_owned = &record_owned;
+    EpochGuard guard;
+  }).join();
+  EXPECT_TRUE(record_owned.load());
+}
+
+// A shared object readers look at; its deleter only marks it, so a reader
+// that sees a "freed" object reads valid memory and the test can say so.
+struct Published {
+  std::atomic<bool> freed{false};
+};
+
+void MarkFreed(void* p) {
+  static_cast<Published*>(p)->freed.store(true, std::memory_order_release);
+}
+
+TEST(EpochTest, ReadersInsideAGuardNeverSeeAnObjectFreed) {
+  constexpr int kReaders = 2;
+  constexpr int kSwaps = 20'000;
+  std::vector<std::unique_ptr<Published>> objects;  // Owned by this thread.
+  objects.push_back(std::make_unique<Published>());
+  std::atomic<Published*> current{objects.back().get()};
+  std::atomic<bool> done{false};
+  std::atomic<int> freed_seen{0};
+  std::latch readers_started(kReaders);
+
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&] {
+      readers_started.count_down();
+      while (!done.load(std::memory_order_acquire)) {
+        EpochGuard guard;
+        Published* seen = current.load(std::memory_order_acquire);
+        // Look more than once: a premature free may come a moment later.
+        for (int i = 0; i < 8; ++i) {
+          if (seen->freed.load(std::memory_order_acquire)) {
+            freed_seen.fetch_add(1, std::memory_order_relaxed);
+            break;
+          }
+        }
+      }
+    });
+  }
+  readers_started.wait();
+  for (int i = 0; i < kSwaps; ++i) {
+    objects.push_back(std::make_unique<Published>());
+    Published* old = current.exchange(objects.back().get());
+    Retire(old, MarkFreed);
+    if (i % 16 == 0) TryReclaim();
+  }
+  done.store(true, std::memory_order_release);
+  for (std::thread& reader : readers) reader.join();
+
+  EXPECT_EQ(freed_seen.load(), 0);
+  // With the readers gone, everything retired is freed: only the last
+  // published object is left.
+  TryReclaim();
+  EXPECT_EQ(PendingRetirements(), 0u);
+  const auto freed_count =
+      std::count_if(objects.begin(), objects.end(),
+                    [](const auto& object) { return object->freed.load(); });
+  EXPECT_EQ(freed_count, kSwaps);
+  EXPECT_FALSE(objects.back()->freed.load());
+}
+
+}  // namespace
+}  // namespace paddock::internal
