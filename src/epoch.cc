@@ -24,8 +24,10 @@ std::atomic<ThreadRecord*> records_head{nullptr};
 uint32_t next_index = 0;  // Guarded by registry_mu.
 
 std::mutex retire_mu;
-// Objects retired while the global epoch was E sit in retired[E % 3].
-std::vector<Retired> retired[3];   // Guarded by retire_mu.
+// Objects retired while the global epoch was E sit in retired[E % 3]. Never
+// destroyed: what is still waiting at exit stays reachable, not leaked.
+std::vector<Retired>* const retired =
+    new std::vector<Retired>[3];   // Guarded by retire_mu.
 size_t retired_since_advance = 0;  // Guarded by retire_mu.
 
 // Objects retired in the last `kAdvanceEvery` retirements wait for an advance.

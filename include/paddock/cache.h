@@ -191,7 +191,8 @@ class Cache {
   // One load's result, shared by its waiters.
   struct Outcome {
     absl::StatusOr<V> value;
-    bool stale = false;  // A stale value standing in for a failure.
+    bool stale = false;           // A stale value standing in for a failure.
+    int64_t stale_loaded_at = 0;  // When that stale value was loaded.
   };
 
   struct Flight {
@@ -247,18 +248,21 @@ class Cache {
   class RefreshTask {
    public:
     RefreshTask(Cache* cache, K key, size_t hash,
-                std::shared_ptr<Flight> flight)
+                std::shared_ptr<Flight> flight,
+                internal::LoadSlots::Ticket slot)
         : cache_(cache),
           lifeline_(cache->lifeline_),
           key_(std::move(key)),
           hash_(hash),
-          flight_(std::move(flight)) {}
+          flight_(std::move(flight)),
+          slot_(slot) {}
     RefreshTask(RefreshTask&& other) noexcept
         : cache_(std::exchange(other.cache_, nullptr)),
           lifeline_(std::move(other.lifeline_)),
           key_(std::move(other.key_)),
           hash_(other.hash_),
-          flight_(std::move(other.flight_)) {}
+          flight_(std::move(other.flight_)),
+          slot_(other.slot_) {}
     RefreshTask& operator=(RefreshTask&&) = delete;
     ~RefreshTask() {
       if (cache_ != nullptr) Finish(/*run=*/false);
@@ -275,13 +279,14 @@ class Cache {
         return;
       }
       if (run) {
-        cache->RunLoad(key_, hash_, flight_, LoadKind::kRefresh, 0)
+        cache->RunLoad(key_, hash_, flight_, LoadKind::kRefresh, 0, slot_)
             .IgnoreError();
       } else {
-        cache->slots_.Release();
+        cache->slots_.Release(slot_);
         cache->Finish(key_, hash_, flight_, 0, LoadKind::kRefresh,
                       absl::CancelledError("paddock: refresh task dropped"),
-                      /*loader_ran=*/false, 0, 0);
+                      /*loader_ran=*/false, cache->NowNanos(),
+                      cache->NowNanos());
       }
       lifeline_->Exit();
     }
@@ -291,6 +296,7 @@ class Cache {
     K key_;
     size_t hash_;
     std::shared_ptr<Flight> flight_;
+    internal::LoadSlots::Ticket slot_;
   };
 
   // Counters on the hit path, one line per thread.
@@ -364,7 +370,8 @@ class Cache {
   void StartRefresh(Shard& shard, const K& key, size_t hash, Node* n);
   absl::StatusOr<V> RunLoad(const K& key, size_t hash,
                             const std::shared_ptr<Flight>& flight,
-                            LoadKind kind, uint64_t writes_seen);
+                            LoadKind kind, uint64_t writes_seen,
+                            internal::LoadSlots::Ticket slot);
   absl::StatusOr<V> CallLoader(const K& key);
   Outcome Finish(const K& key, size_t hash,
                  const std::shared_ptr<Flight>& flight, uint64_t writes_seen,
@@ -429,7 +436,7 @@ requires RefreshPolicy<P> Cache<K, V, P, H, E>::Cache(Loader loader,
       shard_count_(static_cast<size_t>(options_.shards)),
       shards_(new Shard[shard_count_]),
       rng_(internal::SeedOrRandom(options_.seed)),
-      slots_(options_.max_concurrent_loads) {
+      slots_(options_.max_concurrent_loads, options_.max_load_age) {
   if (!loader_) {
     throw std::invalid_argument("paddock::Cache: loader must not be empty");
   }
@@ -453,6 +460,9 @@ requires RefreshPolicy<P> Cache<K, V, P, H, E>::~Cache() {
     // No reader can be inside: free directly.
     shards_[i].table.ForEach([](Node* n) { delete n; });
   }
+  // Free what this cache retired, unless a reader elsewhere still holds an
+  // epoch; whatever remains is freed by later retirements.
+  internal::TryReclaim();
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
@@ -585,7 +595,9 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(
     if (options_.listener != nullptr) options_.listener->OnCoalescedWait();
     return Wait(flight, shard, key, hash);
   }
-  if (!slots_.AcquireFor(options_.wait_timeout)) {
+  const internal::LoadSlots::Ticket slot =
+      slots_.AcquireFor(options_.wait_timeout, [this] { return NowNanos(); });
+  if (slot == 0) {
     const int64_t now = NowNanos();
     return Serve(Finish(key, hash, flight, writes_seen, LoadKind::kForeground,
                         absl::DeadlineExceededError(absl::StrCat(
@@ -594,7 +606,7 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(
                             absl::FormatDuration(options_.wait_timeout), ")")),
                         /*loader_ran=*/false, now, now));
   }
-  return RunLoad(key, hash, flight, LoadKind::kForeground, writes_seen);
+  return RunLoad(key, hash, flight, LoadKind::kForeground, writes_seen, slot);
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
@@ -603,7 +615,7 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
     size_t hash) {
   const std::shared_future<Outcome>& result = flight->result;
   bool ready;
-  if (options_.wait_timeout == absl::InfiniteDuration()) {
+  if (internal::IsForever(options_.wait_timeout)) {
     result.wait();
     ready = true;
   } else {
@@ -634,6 +646,10 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(
     const Outcome& outcome) {
   if (outcome.stale) {
     cold_.stale_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    if (options_.listener != nullptr) {
+      options_.listener->OnStaleServed(
+          absl::Nanoseconds(NowNanos() - outcome.stale_loaded_at));
+    }
   }
   return outcome.value;
 }
@@ -643,6 +659,7 @@ requires RefreshPolicy<P>
 void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key, size_t hash,
                                         Node* n) {
   std::shared_ptr<Flight> flight;
+  internal::LoadSlots::Ticket slot;
   {
     std::lock_guard<std::mutex> lock(shard.mu);
     // Compared by address only: `n` may have been replaced and retired.
@@ -654,7 +671,8 @@ void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key, size_t hash,
             internal::ToNanosSaturated(options_.max_load_age)) {
       return;  // One load per key; it replaces `n` when it stores.
     }
-    if (!slots_.TryAcquire()) {
+    slot = slots_.TryAcquire(now);
+    if (slot == 0) {
       n->refreshing.store(false, std::memory_order_relaxed);
       cold_.refreshes_skipped.fetch_add(1, std::memory_order_relaxed);
       return;
@@ -664,7 +682,7 @@ void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key, size_t hash,
     cold_.refreshes.fetch_add(1, std::memory_order_relaxed);
   }
   // Outside the lock: an executor may run the task inline.
-  executor()->Schedule(RefreshTask(this, key, hash, std::move(flight)));
+  executor()->Schedule(RefreshTask(this, key, hash, std::move(flight), slot));
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
@@ -696,7 +714,7 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(
 template <typename K, typename V, typename P, typename H, typename E>
 requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
     const K& key, size_t hash, const std::shared_ptr<Flight>& flight,
-    LoadKind kind, uint64_t writes_seen) {
+    LoadKind kind, uint64_t writes_seen, internal::LoadSlots::Ticket slot) {
   cold_.loads.fetch_add(1, std::memory_order_relaxed);
   Listener* const listener = options_.listener;
   if (listener != nullptr) listener->OnLoadStart(kind);
@@ -707,7 +725,7 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
     result = CallLoader(key);
   }
   const int64_t finished = NowNanos();
-  slots_.Release();
+  slots_.Release(slot);
   cold_.load_nanos.fetch_add(finished - started, std::memory_order_relaxed);
   if (!result.ok()) {
     cold_.load_failures.fetch_add(1, std::memory_order_relaxed);
@@ -784,7 +802,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
         // Eligible for the next refresh: never wedged by one failure.
         current->refreshing.store(false, std::memory_order_relaxed);
       }
-      if (fallback) outcome = {*current->value, true};
+      if (fallback) outcome = {*current->value, true, current->loaded_at};
     }
   }
   if (evicted > 0) {

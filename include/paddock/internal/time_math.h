@@ -33,6 +33,12 @@ inline int64_t AddSaturated(int64_t t, absl::Duration d) {
   return sum;
 }
 
+// Whether a wait of `d` is, for all purposes, unbounded (a century or more):
+// waiting on such a duration must not overflow a clock.
+inline bool IsForever(absl::Duration d) {
+  return d >= absl::Hours(24 * 365 * 100);
+}
+
 }  // namespace paddock::internal
 
 #endif  // PADDOCK_INTERNAL_TIME_MATH_H_
