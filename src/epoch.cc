@@ -2,6 +2,10 @@
 
 #include "paddock/internal/epoch.h"
 
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -11,6 +15,26 @@ namespace paddock::internal {
 std::atomic<uint64_t> global_epoch{1};
 
 namespace {
+
+bool RegisterMembarrier() {
+  if (!kAsymmetricFenceAllowed) return false;
+  const long supported = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (supported < 0 || (supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) {
+    return false;
+  }
+  return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0,
+                 0) == 0;
+}
+
+// Makes every running thread of the process execute a full memory barrier:
+// readers' plain-store announcements are then visible to the scan that
+// follows, as a seq_cst exchange on their side would have made them.
+void HeavyFence() {
+  if (asymmetric_fence.load(std::memory_order_relaxed)) {
+    syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 
 struct Retired {
   void* p;
@@ -31,7 +55,7 @@ std::vector<Retired>* const retired =
 size_t retired_since_advance = 0;  // Guarded by retire_mu.
 
 // Objects retired in the last `kAdvanceEvery` retirements wait for an advance.
-constexpr size_t kAdvanceEvery = 64;
+constexpr size_t kAdvanceEvery = 128;
 
 // Set once the calling thread's RecordOwner is destroyed: a record acquired
 // after that (by a later thread_local destructor) is never handed back.
@@ -55,6 +79,7 @@ struct RecordOwner {
 // Tries to move the global epoch forward; on success returns the objects that
 // became safe to free. Requires retire_mu.
 std::vector<Retired> AdvanceLocked() {
+  HeavyFence();
   const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
   for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
        r != nullptr; r = r->next) {
@@ -75,6 +100,8 @@ size_t Free(std::vector<Retired>& objects) {
 }
 
 }  // namespace
+
+std::atomic<bool> asymmetric_fence{RegisterMembarrier()};
 
 ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
   ThreadRecord* record = nullptr;

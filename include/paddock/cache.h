@@ -41,7 +41,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
@@ -320,7 +322,7 @@ class Cache {
   // outside our locks). Declare before the lock.
   class DeferredRetire {
    public:
-    DeferredRetire() = default;
+    DeferredRetire() = default;  // Allocates only past two nodes.
     DeferredRetire(const DeferredRetire&) = delete;
     DeferredRetire& operator=(const DeferredRetire&) = delete;
     ~DeferredRetire() {
@@ -329,15 +331,16 @@ class Cache {
     void Add(Node* n) { nodes_.push_back(n); }
 
    private:
-    std::vector<Node*> nodes_;
+    absl::InlinedVector<Node*, 2> nodes_;
   };
 
   static Options Resolve(Options options);
 
-  Shard& ShardFor(size_t hash) const {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Shard& ShardFor(size_t hash) const {
     return shards_[((hash >> 32) * shard_count_) >> 32];
   }
-  Node* FindIn(const Shard& shard, size_t hash, const K& key) const {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Node* FindIn(const Shard& shard, size_t hash,
+                                            const K& key) const {
     return shard.table.Find(hash,
                             [&](const Node* n) { return eq_(n->key, key); });
   }
@@ -347,11 +350,11 @@ class Cache {
                          : absl::ToUnixNanos(clock_->Now());
   }
   // A time never ahead of NowNanos(): the coarse clock on the default clock.
-  int64_t HitNowNanos() const {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE int64_t HitNowNanos() const {
     return system_clock_ ? SystemClock::CoarseNowNanos()
                          : absl::ToUnixNanos(clock_->Now());
   }
-  static void MarkVisited(Node* n) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void MarkVisited(Node* n) {
     if (!n->visited.load(std::memory_order_relaxed)) {
       n->visited.store(true, std::memory_order_relaxed);
     }
@@ -363,6 +366,10 @@ class Cache {
             n->refreshing.load(std::memory_order_relaxed)};
   }
 
+  // Get() past the hit path: entries outside their quiet window, misses.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnquiet(Shard& shard,
+                                                       const K& key,
+                                                       size_t hash);
   Answer Examine(Node* n, int64_t now, bool count);
   absl::StatusOr<V> GetSlow(Shard& shard, const K& key, size_t hash);
   absl::StatusOr<V> Wait(const std::shared_ptr<Flight>& flight, Shard& shard,
@@ -471,17 +478,27 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Get(
   const size_t hash = hash_(key);
   Shard& shard = ShardFor(hash);
   internal::ThreadRecord* const record = internal::CurrentThreadRecord();
+  {
+    internal::EpochGuard guard(record);
+    Node* node = FindIn(shard, hash, key);
+    if (node != nullptr && HitNowNanos() < node->quiet_until) [[likely]] {
+      MarkVisited(node);
+      hot_.Increment(record, kHits);
+      return *node->value;
+    }
+  }
+  return GetUnquiet(shard, key, hash);
+}
+
+template <typename K, typename V, typename P, typename H, typename E>
+requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnquiet(
+    Shard& shard, const K& key, size_t hash) {
   Answer answer;
   Node* node;
   {
-    internal::EpochGuard guard(record);
+    internal::EpochGuard guard;
     node = FindIn(shard, hash, key);
     if (node != nullptr) {
-      if (HitNowNanos() < node->quiet_until) [[likely]] {
-        MarkVisited(node);
-        hot_.Increment(record, kHits);
-        return *node->value;
-      }
       answer = Examine(node, NowNanos(), /*count=*/true);
       if (answer.result.has_value() && !answer.refresh) {
         return *std::move(answer.result);

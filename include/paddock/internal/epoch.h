@@ -4,8 +4,14 @@
 // lock-free reads with an `EpochGuard`; writers hand unlinked memory to
 // `Retire()`, which frees it once no guard that could have seen it is active.
 //
-// A guard costs one seq_cst exchange on a slot owned by the calling thread and
-// no shared write, so readers of one hot entry do not contend.
+// A guard writes only a slot owned by the calling thread, so readers of one
+// hot entry do not contend. Its announcement must be ordered before the
+// reader's later loads (a store-load ordering). Where Linux's
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) is available the reader makes
+// it with a plain store and the rare epoch advance pays instead, by making
+// every running thread execute a full barrier (an asymmetric fence, as in
+// liburcu and folly). Elsewhere, and under ThreadSanitizer (which does not
+// model that fence), the reader uses a seq_cst exchange.
 
 #ifndef PADDOCK_INTERNAL_EPOCH_H_
 #define PADDOCK_INTERNAL_EPOCH_H_
@@ -13,6 +19,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+#include "absl/base/attributes.h"
 
 namespace paddock::internal {
 
@@ -34,7 +42,7 @@ struct alignas(64) ThreadRecord {
 // releases the record at exit.
 ThreadRecord* AcquireThreadRecord(ThreadRecord** cache);
 
-inline ThreadRecord* CurrentThreadRecord() {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord* CurrentThreadRecord() {
   // A trivially destructible thread_local: access needs no init guard. The
   // record is released by a separate owner object on thread exit.
   static thread_local ThreadRecord* record = nullptr;
@@ -47,21 +55,44 @@ inline ThreadRecord* CurrentThreadRecord() {
 // The current global epoch. Advanced by `Retire()`.
 extern std::atomic<uint64_t> global_epoch;
 
+// Whether readers announce with a plain store (see the file comment). Set
+// once, during static initialisation, if membarrier could be registered.
+extern std::atomic<bool> asymmetric_fence;
+
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kAsymmetricFenceAllowed = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kAsymmetricFenceAllowed = false;
+#else
+inline constexpr bool kAsymmetricFenceAllowed = true;
+#endif
+#else
+inline constexpr bool kAsymmetricFenceAllowed = true;
+#endif
+
 // Marks the calling thread as reading shared nodes until destruction. Nests.
 class EpochGuard {
  public:
   EpochGuard() : EpochGuard(CurrentThreadRecord()) {}
   // For callers that already hold the calling thread's record.
-  explicit EpochGuard(ThreadRecord* record) : record_(record) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE explicit EpochGuard(ThreadRecord* record)
+      : record_(record) {
     if (record_->depth++ == 0) {
-      // seq_cst: the announcement must be visible before any pointer this
-      // thread loads afterwards (a store-load ordering; see file comment).
-      record_->state.exchange(
-          (global_epoch.load(std::memory_order_seq_cst) << 1) | 1,
-          std::memory_order_seq_cst);
+      const uint64_t announce =
+          (global_epoch.load(std::memory_order_seq_cst) << 1) | 1;
+      if (kAsymmetricFenceAllowed &&
+          asymmetric_fence.load(std::memory_order_relaxed)) {
+        record_->state.store(announce, std::memory_order_relaxed);
+        // The compiler must not move later loads above the store; the CPU
+        // may, until the reclaimer's membarrier orders it.
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+      } else {
+        record_->state.exchange(announce, std::memory_order_seq_cst);
+      }
     }
   }
-  ~EpochGuard() {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE ~EpochGuard() {
     if (--record_->depth == 0) {
       record_->state.store(0, std::memory_order_release);
     }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/base/attributes.h"
 #include "paddock/internal/epoch.h"
 
 namespace paddock::internal {
@@ -31,7 +32,8 @@ class NodeTable {
   // Returns the node with `hash` for which `matches(node)` holds, or nullptr.
   // Lock-free; call inside an EpochGuard (or under the writer's lock).
   template <typename Matches>
-  Node* Find(size_t hash, const Matches& matches) const {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Node* Find(size_t hash,
+                                          const Matches& matches) const {
     const Slots* s = slots_.load(std::memory_order_acquire);
     for (size_t i = hash & s->mask;; i = (i + 1) & s->mask) {
       Node* n = s->slot[i].load(std::memory_order_acquire);

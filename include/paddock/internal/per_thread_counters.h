@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/base/attributes.h"
 #include "paddock/internal/epoch.h"
 
 namespace paddock::internal {
@@ -28,7 +29,8 @@ class PerThreadCounters {
 
   // Adds one to counter `i` for the thread owning `record`. Call only from
   // that thread.
-  void Increment(const ThreadRecord* record, size_t i) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Increment(const ThreadRecord* record,
+                                              size_t i) {
     std::atomic<uint64_t>& c = LineFor(record->index).counter[i];
     // Single writer per line: no read-modify-write needed.
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -55,20 +57,29 @@ class PerThreadCounters {
     std::array<std::atomic<uint64_t>, N> counter{};
   };
 
-  Line& LineFor(uint32_t index) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Line& LineFor(uint32_t index) {
     const size_t c = index / kLinesPerChunk;
-    if (c >= kChunks) [[unlikely]] {
+    Line* lines =
+        c < kChunks ? chunks_[c].load(std::memory_order_acquire) : nullptr;
+    if (lines == nullptr) [[unlikely]] {
+      return SlowLineFor(index);
+    }
+    return lines[index % kLinesPerChunk];
+  }
+
+  // First use of a chunk, or more threads than chunks can hold.
+  ABSL_ATTRIBUTE_NOINLINE Line& SlowLineFor(uint32_t index) {
+    const size_t c = index / kLinesPerChunk;
+    if (c >= kChunks) {
       return overflow_;  // Shared: counts may be lost, never corrupted.
     }
-    Line* lines = chunks_[c].load(std::memory_order_acquire);
-    if (lines == nullptr) [[unlikely]] {
-      Line* fresh = new Line[kLinesPerChunk];
-      if (chunks_[c].compare_exchange_strong(lines, fresh,
-                                             std::memory_order_acq_rel)) {
-        lines = fresh;
-      } else {
-        delete[] fresh;
-      }
+    Line* lines = nullptr;
+    Line* fresh = new Line[kLinesPerChunk];
+    if (chunks_[c].compare_exchange_strong(lines, fresh,
+                                           std::memory_order_acq_rel)) {
+      lines = fresh;
+    } else {
+      delete[] fresh;
     }
     return lines[index % kLinesPerChunk];
   }
