@@ -27,13 +27,15 @@ class PerThreadCounters {
   PerThreadCounters(const PerThreadCounters&) = delete;
   PerThreadCounters& operator=(const PerThreadCounters&) = delete;
 
-  // Adds one to counter `i` for the thread owning `record`. Call only from
-  // that thread.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void Increment(const ThreadRecord* record,
-                                              size_t i) {
+  // Adds one to counter `i` for the thread owning `record` and returns the
+  // line's new count. Call only from that thread.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t Increment(const ThreadRecord* record,
+                                                  size_t i) {
     std::atomic<uint64_t>& c = LineFor(record->index).counter[i];
     // Single writer per line: no read-modify-write needed.
-    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    const uint64_t next = c.load(std::memory_order_relaxed) + 1;
+    c.store(next, std::memory_order_relaxed);
+    return next;
   }
 
   // Returns the sum of counter `i` over all threads. Thread-safe.
