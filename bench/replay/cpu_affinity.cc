@@ -1,0 +1,130 @@
+// Thread pinning with sched_setaffinity.
+
+#include "cpu_affinity.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace paddock::replay {
+
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+absl::Status PinCurrentThread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  // pid 0: the calling thread (sched_setaffinity acts on one thread).
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return absl::ErrnoToStatus(
+        errno,
+        absl::StrCat("paddock_replay: cannot pin a thread to CPU ", cpu));
+  }
+  return absl::OkStatus();
+}
+
+CpuPlan PlanCpus(int server_cpu, int client_cpu) {
+  const std::vector<int> allowed = AllowedCpus();
+  CpuPlan plan;
+  const int first = allowed.empty() ? 0 : allowed.front();
+  const int second = allowed.size() >= 2 ? allowed[1] : first;
+  plan.client_cpu = client_cpu >= 0 ? client_cpu : first;
+  plan.server_cpu = server_cpu >= 0             ? server_cpu
+                    : plan.client_cpu == second ? first
+                                                : second;
+  if (plan.server_cpu == plan.client_cpu) {
+    plan.warning =
+        absl::StrCat("warning: the server and the load generator share CPU ",
+                     plan.server_cpu,
+                     allowed.size() < 2 ? " (only one CPU is available)" : "",
+                     "; latencies include the generator's own CPU use");
+  }
+  return plan;
+}
+
+CpuTicks ReadCpuTicks(int cpu) {
+  std::ifstream in("/proc/stat");
+  const std::string name = absl::StrCat("cpu", cpu, " ");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, name)) continue;
+    std::istringstream fields(line.substr(name.size()));
+    // user nice system idle iowait irq softirq steal
+    unsigned long long v[8] = {};
+    for (unsigned long long& x : v) fields >> x;
+    CpuTicks t;
+    t.busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    t.total = t.busy + v[3] + v[4];
+    return t;
+  }
+  return {};
+}
+
+int64_t ProcessCpuNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+void ServerCpuMeter::Start(int64_t now, int64_t client_cpu_nanos) {
+  ticks_ = ReadCpuTicks(cpu_);
+  process_ = ProcessCpuNanos();
+  client_ = client_cpu_nanos;
+  at_ = now;
+}
+
+ServerCpuMeter::Shares ServerCpuMeter::Lap(int64_t now,
+                                           int64_t client_cpu_nanos) {
+  const CpuTicks ticks = ReadCpuTicks(cpu_);
+  const int64_t process = ProcessCpuNanos();
+  Shares shares;
+  if (ticks.total > ticks_.total && now > at_) {
+    shares.busy = static_cast<double>(ticks.busy - ticks_.busy) /
+                  static_cast<double>(ticks.total - ticks_.total);
+    const int64_t replay = (process - process_) - (client_cpu_nanos - client_);
+    shares.replay = std::max(
+        0.0, static_cast<double>(replay) / static_cast<double>(now - at_));
+  }
+  ticks_ = ticks;
+  process_ = process;
+  client_ = client_cpu_nanos;
+  at_ = now;
+  return shares;
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      }
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace paddock::replay

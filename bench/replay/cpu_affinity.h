@@ -1,0 +1,80 @@
+// File: bench/replay/cpu_affinity.h
+// -----------------------------------------------------------------------------
+// Pinning threads to CPUs: the server (workers, cache, loads) on one CPU, the
+// load generator on another, as the seed ran a 1-core pod and k6 apart.
+
+#ifndef PADDOCK_BENCH_REPLAY_CPU_AFFINITY_H_
+#define PADDOCK_BENCH_REPLAY_CPU_AFFINITY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace paddock::replay {
+
+// Returns the CPUs the process may run on, in increasing order.
+std::vector<int> AllowedCpus();
+
+// Pins the calling thread to `cpu`. Threads it creates afterwards inherit the
+// pinning. Returns the OS error, with the CPU, on failure.
+absl::Status PinCurrentThread(int cpu);
+
+// Where the replay's threads run.
+struct CpuPlan {
+  int server_cpu = 0;
+  int client_cpu = 0;
+  std::string warning;  // Non-empty if both share one CPU.
+};
+
+// Chooses the CPUs: the flags' values when >= 0, otherwise the load generator
+// on the first allowed CPU and the server on the second.
+CpuPlan PlanCpus(int server_cpu, int client_cpu);
+
+// Time one CPU spent busy (any process, including steal by the hypervisor)
+// and in total, from /proc/stat, in clock ticks.
+struct CpuTicks {
+  unsigned long long busy = 0;
+  unsigned long long total = 0;
+};
+// Returns the ticks of `cpu`, or zeros if /proc/stat cannot be read.
+CpuTicks ReadCpuTicks(int cpu);
+
+// Returns the CPU time the whole process has consumed, in nanoseconds.
+int64_t ProcessCpuNanos();
+
+// ServerCpuMeter
+//
+// Splits the server CPU's time between the replay's server threads and
+// everything else: the CPU's busy ticks (/proc/stat) against the process's
+// CPU time minus that of its threads on the other CPU (`client_cpu_nanos`).
+// Not thread-safe: one thread reads it.
+class ServerCpuMeter {
+ public:
+  struct Shares {
+    double busy = 0;    // Any process, hypervisor steal included.
+    double replay = 0;  // The replay's threads on the server CPU.
+    double other() const { return busy > replay ? busy - replay : 0; }
+  };
+
+  explicit ServerCpuMeter(int cpu) : cpu_(cpu) {}
+
+  // Starts a measurement at `now` (MonotonicNanos()).
+  void Start(int64_t now, int64_t client_cpu_nanos);
+
+  // Returns the shares since the last Start() or Lap(), and starts anew.
+  Shares Lap(int64_t now, int64_t client_cpu_nanos);
+
+ private:
+  const int cpu_;
+  CpuTicks ticks_;
+  int64_t process_ = 0, client_ = 0, at_ = 0;
+};
+
+// Returns the CPU model name from /proc/cpuinfo, or "unknown".
+std::string CpuModelName();
+
+}  // namespace paddock::replay
+
+#endif  // PADDOCK_BENCH_REPLAY_CPU_AFFINITY_H_

@@ -1,0 +1,14 @@
+# The replay's smoke test (issue 4): every policy at a tiny time scale, then
+# the JSON's shape and the structural facts (check_replay.cmake). Included by
+# bench/CMakeLists.txt; a test exists only when testing is enabled.
+if(TARGET paddock_replay)
+  add_test(
+    NAME replay.smoke
+    COMMAND
+      ${CMAKE_COMMAND} -DREPLAY=$<TARGET_FILE:paddock_replay>
+      -DOUT_DIR=${CMAKE_CURRENT_BINARY_DIR}/replay_smoke -P
+      ${CMAKE_CURRENT_LIST_DIR}/check_replay.cmake)
+  # The replay pins its server to one CPU and measures it: run it alone.
+  set_tests_properties(replay.smoke PROPERTIES RUN_SERIAL TRUE TIMEOUT 240
+                                               LABELS "bench;replay")
+endif()
