@@ -390,6 +390,8 @@ class Cache {
   int Store(Shard& shard, Node* previous, Node* n, int64_t now,
             DeferredRetire& retire);
   void Unlink(Shard& shard, Node* n, DeferredRetire& retire);
+  // Records `evicted` evictions in stats and the listener; call unlocked.
+  void CountEvictions(int evicted);
   Executor* executor();
   absl::StatusOr<V> Serve(const Outcome& outcome);
   void ServeStale(const Node* n, int64_t now);
@@ -822,12 +824,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
       if (fallback) outcome = {*current->value, true, current->loaded_at};
     }
   }
-  if (evicted > 0) {
-    cold_.evictions.fetch_add(evicted, std::memory_order_relaxed);
-    if (options_.listener != nullptr) {
-      for (int i = 0; i < evicted; ++i) options_.listener->OnEviction();
-    }
-  }
+  CountEvictions(evicted);
   if (flight != nullptr) flight->promise.set_value(outcome);
   return outcome;
 }
@@ -874,6 +871,16 @@ int Cache<K, V, P, H, E>::Store(Shard& shard, Node* previous, Node* n,
   shard.expiry.Push(n);
   shard.size.store(shard.table.size(), std::memory_order_relaxed);
   return evicted;
+}
+
+template <typename K, typename V, typename P, typename H, typename E>
+requires RefreshPolicy<P>
+void Cache<K, V, P, H, E>::CountEvictions(int evicted) {
+  if (evicted == 0) return;
+  cold_.evictions.fetch_add(evicted, std::memory_order_relaxed);
+  if (options_.listener != nullptr) {
+    for (int i = 0; i < evicted; ++i) options_.listener->OnEviction();
+  }
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
@@ -925,12 +932,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
     n->value.emplace(std::move(value));
     evicted = Store(shard, current, n, now, retire);
   }
-  if (evicted > 0) {
-    cold_.evictions.fetch_add(evicted, std::memory_order_relaxed);
-    if (options_.listener != nullptr) {
-      for (int i = 0; i < evicted; ++i) options_.listener->OnEviction();
-    }
-  }
+  CountEvictions(evicted);
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
