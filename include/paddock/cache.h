@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <future>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -54,6 +53,7 @@
 #include "paddock/executor.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/expiry_heap.h"
+#include "paddock/internal/flight.h"
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/load_stack.h"
 #include "paddock/internal/node_table.h"
@@ -197,12 +197,7 @@ class Cache {
     int64_t stale_loaded_at = 0;  // When that stale value was loaded.
   };
 
-  struct Flight {
-    explicit Flight(int64_t started_at) : started_at(started_at) {}
-    std::promise<Outcome> promise;
-    std::shared_future<Outcome> result = promise.get_future().share();
-    const int64_t started_at;
-  };
+  using Flight = internal::Flight<Outcome>;
 
   struct alignas(64) Shard {
     std::mutex mu;
@@ -276,7 +271,7 @@ class Cache {
       Cache* cache = std::exchange(cache_, nullptr);
       if (!lifeline_->Enter()) {
         // The cache is gone; tell anyone still holding the flight.
-        flight_->promise.set_value(
+        flight_->Publish(
             {absl::CancelledError("paddock: cache destroyed"), false});
         return;
       }
@@ -393,7 +388,8 @@ class Cache {
   // Records `evicted` evictions in stats and the listener; call unlocked.
   void CountEvictions(int evicted);
   Executor* executor();
-  absl::StatusOr<V> Serve(const Outcome& outcome);
+  // A load's outcome as a caller's result; counts a stale fallback.
+  absl::StatusOr<V> Serve(Outcome outcome);
   void ServeStale(const Node* n, int64_t now);
 
   Loader loader_;
@@ -589,9 +585,10 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(
       if constexpr (P::kCoalesceLoads) {
         auto it = shard.in_flight.find(key);
         if (it != shard.in_flight.end() &&
-            now - it->second->started_at <
+            now - it->second->started_at() <
                 internal::ToNanosSaturated(options_.max_load_age)) {
           flight = it->second;
+          flight->Join();
         } else {
           // None in flight, or the one in flight is too old to wait for: it
           // keeps running but will no longer store its result.
@@ -632,16 +629,10 @@ template <typename K, typename V, typename P, typename H, typename E>
 requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
     const std::shared_ptr<Flight>& flight, Shard& shard, const K& key,
     size_t hash) {
-  const std::shared_future<Outcome>& result = flight->result;
-  bool ready;
-  if (internal::IsForever(options_.wait_timeout)) {
-    result.wait();
-    ready = true;
-  } else {
-    ready = result.wait_for(absl::ToChronoNanoseconds(options_.wait_timeout)) ==
-            std::future_status::ready;
+  if (const Outcome* outcome = flight->WaitFor(options_.wait_timeout);
+      outcome != nullptr) {
+    return Serve(*outcome);
   }
-  if (ready) return Serve(result.get());
 
   cold_.wait_timeouts.fetch_add(1, std::memory_order_relaxed);
   if (options_.listener != nullptr) options_.listener->OnWaitTimeout();
@@ -662,7 +653,7 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
 
 template <typename K, typename V, typename P, typename H, typename E>
 requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(
-    const Outcome& outcome) {
+    Outcome outcome) {
   if (outcome.stale) {
     cold_.stale_fallbacks.fetch_add(1, std::memory_order_relaxed);
     if (options_.listener != nullptr) {
@@ -670,7 +661,7 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(
           absl::Nanoseconds(NowNanos() - outcome.stale_loaded_at));
     }
   }
-  return outcome.value;
+  return std::move(outcome.value);
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
@@ -686,7 +677,7 @@ void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key, size_t hash,
     const int64_t now = NowNanos();
     auto it = shard.in_flight.find(key);
     if (it != shard.in_flight.end() &&
-        now - it->second->started_at <
+        now - it->second->started_at() <
             internal::ToNanosSaturated(options_.max_load_age)) {
       return;  // One load per key; it replaces `n` when it stores.
     }
@@ -756,8 +747,8 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
   Outcome outcome =
       Finish(key, hash, flight, writes_seen, kind, std::move(result),
              /*loader_ran=*/true, started, finished);
-  if (kind == LoadKind::kRefresh) return outcome.value;
-  return Serve(outcome);
+  if (kind == LoadKind::kRefresh) return std::move(outcome.value);
+  return Serve(std::move(outcome));
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
@@ -769,6 +760,9 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
   Shard& shard = ShardFor(hash);
   Outcome outcome{std::move(result), false};
   int evicted = 0;
+  // Whether anyone joined this load and waits for its outcome. Final once
+  // the flight has left `in_flight`, which happens under the lock below.
+  bool publish = false;
   {
     DeferredRetire retire;
     std::lock_guard<std::mutex> lock(shard.mu);
@@ -778,6 +772,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
       auto it = shard.in_flight.find(key);
       own = it != shard.in_flight.end() && it->second == flight;
       if (own) shard.in_flight.erase(it);
+      publish = flight->joined() > 0;
     } else {
       own = shard.writes == writes_seen;
     }
@@ -825,7 +820,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
     }
   }
   CountEvictions(evicted);
-  if (flight != nullptr) flight->promise.set_value(outcome);
+  if (publish) flight->Publish(outcome);
   return outcome;
 }
 
