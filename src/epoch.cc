@@ -57,6 +57,24 @@ size_t retired_since_advance = 0;  // Guarded by retire_mu.
 // Objects retired in the last `kAdvanceEvery` retirements wait for an advance.
 constexpr size_t kAdvanceEvery = 128;
 
+// Each thread collects this many retirements before it takes retire_mu, so
+// threads that evict at once do not queue on one lock for every node.
+constexpr size_t kRetireBatch = 16;
+
+// A thread's retirements not yet handed to `retired`. Tagging them with the
+// epoch current at hand-over, later than the one at Retire(), only delays
+// their free: still safe.
+struct RetireBuffer {
+  Retired items[kRetireBatch];
+  size_t size = 0;
+  ~RetireBuffer();
+};
+
+// Set once the calling thread's buffer is destroyed: later retirements on
+// this thread (from other thread_local destructors) bypass it.
+thread_local bool buffer_destroyed = false;
+thread_local RetireBuffer buffer;
+
 // Set once the calling thread's RecordOwner is destroyed: a record acquired
 // after that (by a later thread_local destructor) is never handed back.
 thread_local bool owner_destroyed = false;
@@ -99,6 +117,38 @@ size_t Free(std::vector<Retired>& objects) {
   return objects.size();
 }
 
+// Moves `items` into the current epoch's list; advances the epoch if enough
+// retirements accumulated. Returns what became safe to free. Requires
+// retire_mu.
+std::vector<Retired> AddLocked(const Retired* items, size_t n) {
+  std::vector<Retired>& bucket =
+      retired[global_epoch.load(std::memory_order_seq_cst) % 3];
+  bucket.insert(bucket.end(), items, items + n);
+  retired_since_advance += n;
+  if (retired_since_advance >= kAdvanceEvery) return AdvanceLocked();
+  return {};
+}
+
+// Hands the calling thread's buffered retirements to the global lists and
+// frees what that makes safe. The lock is held only to move pointers.
+void FlushBuffer() {
+  if (buffer_destroyed || buffer.size == 0) return;
+  std::vector<Retired> freeable;
+  {
+    std::lock_guard<std::mutex> lock(retire_mu);
+    freeable = AddLocked(buffer.items, buffer.size);
+    buffer.size = 0;
+  }
+  // Deleters run user destructors: never under our lock. One may retire
+  // again; the buffer is empty by then.
+  Free(freeable);
+}
+
+RetireBuffer::~RetireBuffer() {
+  FlushBuffer();
+  buffer_destroyed = true;
+}
+
 }  // namespace
 
 std::atomic<bool> asymmetric_fence{RegisterMembarrier()};
@@ -131,18 +181,22 @@ ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
 }
 
 void Retire(void* p, void (*deleter)(void*)) {
+  const Retired r{p, deleter};
+  if (!buffer_destroyed) {
+    buffer.items[buffer.size++] = r;
+    if (buffer.size == kRetireBatch) FlushBuffer();
+    return;
+  }
   std::vector<Retired> freeable;
   {
     std::lock_guard<std::mutex> lock(retire_mu);
-    retired[global_epoch.load(std::memory_order_seq_cst) % 3].push_back(
-        {p, deleter});
-    if (++retired_since_advance >= kAdvanceEvery) freeable = AdvanceLocked();
+    freeable = AddLocked(&r, 1);
   }
-  // Deleters run user destructors: never under our lock.
   Free(freeable);
 }
 
 size_t TryReclaim() {
+  FlushBuffer();
   size_t freed = 0;
   // Three advances move everything retired before this call out of reach.
   for (int i = 0; i < 3; ++i) {
@@ -157,8 +211,9 @@ size_t TryReclaim() {
 }
 
 size_t PendingRetirements() {
+  const size_t buffered = buffer_destroyed ? 0 : buffer.size;
   std::lock_guard<std::mutex> lock(retire_mu);
-  return retired[0].size() + retired[1].size() + retired[2].size();
+  return buffered + retired[0].size() + retired[1].size() + retired[2].size();
 }
 
 }  // namespace paddock::internal

@@ -145,6 +145,31 @@ TEST(EpochTest, AThreadThatExitedDoesNotHoldBackReclamation) {
   EXPECT_TRUE(freed.load());
 }
 
+// A thread's retirements wait in its buffer until it is full, TryReclaim()
+// or the thread exits; a thread that retired a few and exited must not keep
+// them from being freed.
+TEST(EpochTest, RetirementsOfAThreadThatExitedAreFreed) {
+  constexpr int kObjects = 3;  // Fewer than a buffer holds.
+  std::vector<std::atomic<bool>> freed(kObjects);
+  std::thread([&] {
+    for (int i = 0; i < kObjects; ++i) RetireObject(new Tracked(&freed[i]));
+  }).join();
+  TryReclaim();
+  for (int i = 0; i < kObjects; ++i) EXPECT_TRUE(freed[i].load()) << i;
+  EXPECT_EQ(PendingRetirements(), 0u);
+}
+
+// Without any TryReclaim(), retiring keeps freeing: buffers are handed over
+// when full and the epoch advances on its own.
+TEST(EpochTest, RetiringAloneEventuallyFreesEarlierRetirements) {
+  constexpr int kObjects = 2000;
+  std::vector<std::atomic<bool>> freed(kObjects);
+  for (int i = 0; i < kObjects; ++i) RetireObject(new Tracked(&freed[i]));
+  EXPECT_TRUE(freed[0].load());
+  EXPECT_LT(PendingRetirements(), static_cast<size_t>(kObjects));
+  TryReclaim();
+}
+
 TEST(EpochTest, CurrentThreadRecordIsStableOnAThread) {
   ThreadRecord* const record = CurrentThreadRecord();
   EXPECT_EQ(CurrentThreadRecord(), record);

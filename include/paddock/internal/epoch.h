@@ -105,7 +105,10 @@ class EpochGuard {
 };
 
 // Frees `p` with `deleter(p)` once every guard active now has ended.
-// Thread-safe; takes a global lock briefly and may free earlier retirements.
+// Thread-safe. Retirements collect in a small per-thread buffer (16) that is
+// handed to the global lists under a lock when full, at TryReclaim() and at
+// thread exit; that hand-over may free earlier retirements. So a thread that
+// stops retiring holds back at most 15 objects until it exits.
 void Retire(void* p, void (*deleter)(void*));
 
 template <typename T>
@@ -113,11 +116,13 @@ void RetireObject(T* p) {
   Retire(p, [](void* q) { delete static_cast<T*>(q); });
 }
 
-// Frees everything whose grace period has passed. Returns how many objects
-// were freed. Thread-safe.
+// Hands over the calling thread's buffered retirements, then frees
+// everything whose grace period has passed. Returns how many objects were
+// freed. Thread-safe.
 size_t TryReclaim();
 
-// Retired objects not yet freed, for tests.
+// Retired objects not yet freed (in the global lists or the calling
+// thread's buffer), for tests.
 size_t PendingRetirements();
 
 }  // namespace paddock::internal
