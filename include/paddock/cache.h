@@ -379,8 +379,10 @@ class Cache {
                  const std::shared_ptr<Flight>& flight, uint64_t writes_seen,
                  LoadKind kind, absl::StatusOr<V> result, bool loader_ran,
                  int64_t started, int64_t finished);
-  Node* NewNode(const K& key, size_t hash, const Node* previous,
-                int64_t load_duration, int64_t now);
+  // A node for `value` loaded (or put) at `now`, its lifetime set by the
+  // policy. Needs no lock.
+  std::unique_ptr<Node> NewNode(const K& key, size_t hash, V value,
+                                int64_t load_duration, int64_t now);
   // Stores `n` in place of `previous` (may be null); returns evictions.
   int Store(Shard& shard, Node* previous, Node* n, int64_t now,
             DeferredRetire& retire);
@@ -759,6 +761,12 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
     bool loader_ran, int64_t started, int64_t finished) {
   Shard& shard = ShardFor(hash);
   Outcome outcome{std::move(result), false};
+  // Built before the lock, so the shard is not held across an allocation
+  // and a copy of V; dropped after it if this load no longer owns the key.
+  std::unique_ptr<Node> fresh;
+  if (outcome.value.ok()) {
+    fresh = NewNode(key, hash, *outcome.value, finished - started, finished);
+  }
   int evicted = 0;
   // Whether anyone joined this load and waits for its outcome. Final once
   // the flight has left `in_flight`, which happens under the lock below.
@@ -779,9 +787,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
     Node* current = FindIn(shard, hash, key);
     if (outcome.value.ok()) {
       if (own) {
-        Node* n = NewNode(key, hash, current, finished - started, finished);
-        n->value.emplace(*outcome.value);
-        evicted = Store(shard, current, n, finished, retire);
+        evicted = Store(shard, current, fresh.release(), finished, retire);
       }
     } else {
       const bool has_value = current != nullptr && current->value.has_value();
@@ -825,14 +831,13 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
 }
 
 template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
-typename Cache<K, V, P, H, E>::Node* Cache<K, V, P, H, E>::NewNode(
-    const K& key, size_t hash, const Node* previous, int64_t load_duration,
-    int64_t now) {
-  (void)previous;
+requires RefreshPolicy<P> std::unique_ptr<typename Cache<K, V, P, H, E>::Node>
+Cache<K, V, P, H, E>::NewNode(const K& key, size_t hash, V value,
+                              int64_t load_duration, int64_t now) {
   const Lifetime life =
       policy_.OnStore(options_.ttl, absl::Nanoseconds(load_duration), rng_);
-  auto* n = new Node(hash, key);
+  auto n = std::make_unique<Node>(hash, key);
+  n->value.emplace(std::move(value));
   n->loaded_at = now;
   n->load_duration = load_duration;
   n->quiet_until = internal::AddSaturated(now, life.quiet_for);
@@ -914,6 +919,19 @@ requires RefreshPolicy<P>
 void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   const size_t hash = hash_(key);
   Shard& shard = ShardFor(hash);
+  // The node is built before the lock. It inherits the last load's duration
+  // (XFetch's Δ), read without the lock: a load finishing meanwhile only
+  // makes that estimate one load older.
+  int64_t load_duration = 0;
+  {
+    internal::EpochGuard guard;
+    if (const Node* n = FindIn(shard, hash, key); n != nullptr) {
+      load_duration = n->load_duration;
+    }
+  }
+  const int64_t now = NowNanos();
+  std::unique_ptr<Node> fresh =
+      NewNode(key, hash, std::move(value), load_duration, now);
   int evicted;
   {
     DeferredRetire retire;
@@ -921,11 +939,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
     shard.in_flight.erase(key);  // Its result must not overwrite this value.
     ++shard.writes;
     Node* current = FindIn(shard, hash, key);
-    const int64_t now = NowNanos();
-    Node* n = NewNode(key, hash, current,
-                      current != nullptr ? current->load_duration : 0, now);
-    n->value.emplace(std::move(value));
-    evicted = Store(shard, current, n, now, retire);
+    evicted = Store(shard, current, fresh.release(), now, retire);
   }
   CountEvictions(evicted);
 }
