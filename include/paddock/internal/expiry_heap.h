@@ -3,7 +3,8 @@
 // `ExpiryHeap<Node>`: an indexed binary min-heap of nodes by `expires_at`, so
 // eviction can take an expired entry first in O(log n).
 //
-// Intrusive: `Node` has `int64_t expires_at` and `size_t heap_index`. Not
+// Intrusive: `Node` has `int64_t expires_at` and an unsigned `heap_index`
+// (a `uint32_t` is enough for 4 billion entries and keeps nodes small). Not
 // thread-safe: the shard's mutex guards it.
 
 #ifndef PADDOCK_INTERNAL_EXPIRY_HEAP_H_
@@ -17,9 +18,11 @@ namespace paddock::internal {
 
 template <typename Node>
 class ExpiryHeap {
+  using Index = decltype(Node::heap_index);
+
  public:
   void Push(Node* n) {
-    n->heap_index = heap_.size();
+    n->heap_index = static_cast<Index>(heap_.size());
     heap_.push_back(n);
     SiftUp(n->heap_index);
   }
@@ -45,15 +48,15 @@ class ExpiryHeap {
  private:
   void Place(size_t i, Node* n) {
     heap_[i] = n;
-    n->heap_index = i;
+    n->heap_index = static_cast<Index>(i);
     SiftUp(i);
     SiftDown(n->heap_index);
   }
 
   void Swap(size_t a, size_t b) {
     std::swap(heap_[a], heap_[b]);
-    heap_[a]->heap_index = a;
-    heap_[b]->heap_index = b;
+    heap_[a]->heap_index = static_cast<Index>(a);
+    heap_[b]->heap_index = static_cast<Index>(b);
   }
 
   void SiftUp(size_t i) {
