@@ -17,6 +17,13 @@
 // table of immutable entries (readers never lock), a mutex for writers, an
 // eviction queue and the map of loads in flight. A hit reads one entry under
 // an epoch guard and writes nothing shared.
+//
+// Lifetime of values: an entry that is replaced, evicted or invalidated is
+// destroyed once no reader can still see it (epoch-based reclamation), never
+// under a cache lock, on a thread that later calls into a paddock cache or
+// at the exit of the thread that removed it, which may hold back up to 15
+// removed entries until then. Values must therefore not refer to anything
+// that dies before the last paddock-using thread exits (own it, or share it).
 
 #ifndef PADDOCK_CACHE_H_
 #define PADDOCK_CACHE_H_
@@ -86,8 +93,10 @@ class Cache {
 
   // Blocks until background loads of this cache that are running have
   // returned; queued ones are dropped without calling the loader. After it
-  // returns the loader is never called again. Must not be called from inside
-  // this cache's loader, nor while another thread is inside a method.
+  // returns the loader is never called again. Stored values are destroyed
+  // here; removed ones awaiting reclamation may outlive it (see above). Must
+  // not be called from inside this cache's loader, nor while another thread
+  // is inside a method.
   ~Cache();
 
   Cache(const Cache&) = delete;
