@@ -145,7 +145,8 @@ void FlushBuffer() {
 }
 
 RetireBuffer::~RetireBuffer() {
-  FlushBuffer();
+  // A deleter run by the hand-over may retire again, into this buffer.
+  while (size != 0) FlushBuffer();
   buffer_destroyed = true;
 }
 
