@@ -2,11 +2,14 @@
 
 #include "paddock/clock.h"
 
+#include <pthread.h>
 #include <time.h>
 
 #include <chrono>
+#include <exception>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -49,19 +52,62 @@ absl::Time SystemClock::Now() const {
   return absl::UnixEpoch() + absl::Nanoseconds(NowNanos());
 }
 
+namespace {
+
+// The ticker's state. A process has at most one ticker; `fork()` leaves the
+// child without it (threads do not survive a fork), so the child forgets it
+// had one and starts its own on first use.
+std::mutex ticker_mu;
+bool ticker_running = false;     // Guarded by ticker_mu.
+int64_t next_start_attempt = 0;  // Guarded by ticker_mu.
+
+// How long after a failed start a reader tries again; until then hits read
+// the precise clock.
+constexpr int64_t kRetryNanos = 1'000'000'000;
+
+void TickerLoop() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    SystemClock::NowNanos();
+  }
+}
+
+}  // namespace
+
+void SystemClock::ForgetTickerAfterFork() {
+  // The child has one thread and the ticker is gone: the coarse clock goes
+  // back to "not started" (0) so the next hit starts a ticker of its own.
+  // (A mutex held across the fork would be held forever; reinitialise it.)
+  new (&ticker_mu) std::mutex;
+  ticker_running = false;
+  next_start_attempt = 0;
+  coarse_nanos_.store(0, std::memory_order_relaxed);
+}
+
 int64_t SystemClock::StartTicker() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    coarse_nanos_.store(MonotonicNanos(), std::memory_order_relaxed);
+  static const int registered = pthread_atfork(
+      nullptr, nullptr, [] { SystemClock::ForgetTickerAfterFork(); });
+  (void)registered;
+  const int64_t now = MonotonicNanos();
+  // One thread tries at a time; the others read the precise clock.
+  std::unique_lock<std::mutex> lock(ticker_mu, std::try_to_lock);
+  if (!lock.owns_lock() || ticker_running || now < next_start_attempt) {
+    return now;
+  }
+  try {
     // Lives as long as the process; detached so that exit never waits on it.
-    std::thread([] {
-      for (;;) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        NowNanos();
-      }
-    }).detach();
-  });
-  return coarse_nanos_.load(std::memory_order_relaxed);
+    std::thread(TickerLoop).detach();
+  } catch (const std::exception&) {
+    // No thread (EAGAIN): hits keep reading the precise clock, which costs
+    // more but never lets a value outlive its ttl; try again later.
+    next_start_attempt = now + kRetryNanos;
+    return now;
+  }
+  ticker_running = true;
+  // Published only once a ticker runs: a coarse time that nobody advances
+  // would serve expired values as fresh.
+  coarse_nanos_.store(now, std::memory_order_relaxed);
+  return now;
 }
 
 ManualClock::ManualClock(absl::Time start) : nanos_(absl::ToUnixNanos(start)) {}

@@ -3,16 +3,19 @@
 #include "paddock/internal/epoch.h"
 
 #include <linux/membarrier.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 namespace paddock::internal {
 
-std::atomic<uint64_t> global_epoch{1};
+constinit std::atomic<uint64_t> global_epoch{1};
 
 namespace {
 
@@ -26,12 +29,80 @@ bool RegisterMembarrier() {
                  0) == 0;
 }
 
+// Decides, once per process and before any thread can announce, whether
+// readers may announce with a plain store. Every thread that acquires a
+// record, and every reclaimer, passes through here first, so all of them see
+// the decision (a function-local static's initialisation happens before
+// every later use of it).
+void InitAsymmetricFenceOnce() {
+  static const bool registered = [] {
+    const bool ok = RegisterMembarrier();
+    asymmetric_fence.store(ok, std::memory_order_release);
+    return ok;
+  }();
+  (void)registered;
+}
+
+// Set for good once a membarrier call failed after registration (a seccomp
+// filter installed later, say). Readers then announce with the seq_cst path,
+// and the reclaimer replaces membarrier by the barrier below, which also
+// covers readers that still announce with a plain store (they read the flag
+// before it changed).
+std::atomic<bool> membarrier_failed{false};
+std::atomic<bool> fail_membarrier_for_test{false};
+
+// A process-wide full barrier without membarrier. On x86-64, reducing a
+// page's protection makes the kernel interrupt every CPU that runs a thread
+// of this process (a TLB shootdown), and an interrupt on x86 orders that
+// CPU's earlier stores before its later loads; .NET's runtime uses the same
+// mechanism for FlushProcessWriteBuffers. Elsewhere (arm64 invalidates TLBs
+// by broadcast, without interrupts) there is no safe replacement, so the
+// process stops with a message, as liburcu does.
+void FallbackProcessBarrier() {
+#if defined(__x86_64__)
+  static std::mutex page_mu;
+  static void* const page = [] {
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }();
+  if (page != nullptr) {
+    std::lock_guard<std::mutex> lock(page_mu);
+    if (mprotect(page, 4096, PROT_READ | PROT_WRITE) == 0) {
+      // A write makes the page's translation present (and cached) in this
+      // mm, so the downgrade below must shoot it down everywhere.
+      static_cast<std::atomic<int>*>(page)->fetch_add(
+          1, std::memory_order_seq_cst);
+      if (mprotect(page, 4096, PROT_READ) == 0) return;
+    }
+  }
+#endif
+  std::fputs(
+      "paddock: membarrier() failed after it was registered and no other "
+      "process-wide memory barrier is available; stopping rather than risk "
+      "freeing memory a reader still uses\n",
+      stderr);
+  std::abort();
+}
+
 // Makes every running thread of the process execute a full memory barrier:
 // readers' plain-store announcements are then visible to the scan that
 // follows, as a seq_cst exchange on their side would have made them.
 void HeavyFence() {
-  if (asymmetric_fence.load(std::memory_order_relaxed)) {
-    syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  InitAsymmetricFenceOnce();
+  if (membarrier_failed.load(std::memory_order_acquire)) {
+    FallbackProcessBarrier();
+  } else if (asymmetric_fence.load(std::memory_order_relaxed)) {
+    const bool fail = fail_membarrier_for_test.exchange(false);
+    if (fail ||
+        syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+      // New guards take the seq_cst path from now on; guards already
+      // announced with a plain store are covered by the fallback barrier,
+      // now and at every later advance.
+      asymmetric_fence.store(false, std::memory_order_seq_cst);
+      membarrier_failed.store(true, std::memory_order_seq_cst);
+      FallbackProcessBarrier();
+    }
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
@@ -48,11 +119,17 @@ std::atomic<ThreadRecord*> records_head{nullptr};
 uint32_t next_index = 0;  // Guarded by registry_mu.
 
 std::mutex retire_mu;
-// Objects retired while the global epoch was E sit in retired[E % 3]. Never
-// destroyed: what is still waiting at exit stays reachable, not leaked.
-std::vector<Retired>* const retired =
-    new std::vector<Retired>[3];   // Guarded by retire_mu.
 size_t retired_since_advance = 0;  // Guarded by retire_mu.
+
+// Objects retired while the global epoch was E sit in Retired()[E % 3].
+// Guarded by retire_mu. Made on first use rather than during static
+// initialisation, so a cache destroyed by another global's initialiser finds
+// it; never destroyed: what is still waiting at exit stays reachable, not
+// leaked.
+std::vector<Retired>* RetiredLists() {
+  static std::vector<Retired>* const lists = new std::vector<Retired>[3];
+  return lists;
+}
 
 // Objects retired in the last `kAdvanceEvery` retirements wait for an advance.
 constexpr size_t kAdvanceEvery = 128;
@@ -109,7 +186,7 @@ std::vector<Retired> AdvanceLocked() {
   retired_since_advance = 0;
   // Every active guard now announced `epoch`, so nothing retired at
   // `epoch - 1` or earlier is reachable: that is bucket (next + 1) % 3.
-  return std::exchange(retired[(next + 1) % 3], {});
+  return std::exchange(RetiredLists()[(next + 1) % 3], {});
 }
 
 size_t Free(std::vector<Retired>& objects) {
@@ -122,7 +199,7 @@ size_t Free(std::vector<Retired>& objects) {
 // retire_mu.
 std::vector<Retired> AddLocked(const Retired* items, size_t n) {
   std::vector<Retired>& bucket =
-      retired[global_epoch.load(std::memory_order_seq_cst) % 3];
+      RetiredLists()[global_epoch.load(std::memory_order_seq_cst) % 3];
   bucket.insert(bucket.end(), items, items + n);
   retired_since_advance += n;
   if (retired_since_advance >= kAdvanceEvery) return AdvanceLocked();
@@ -152,9 +229,17 @@ RetireBuffer::~RetireBuffer() {
 
 }  // namespace
 
-std::atomic<bool> asymmetric_fence{RegisterMembarrier()};
+// Constant-initialised (false: the seq_cst path) until InitAsymmetricFenceOnce
+// decides.
+constinit std::atomic<bool> asymmetric_fence{false};
+
+void SimulateMembarrierFailureForTest() {
+  InitAsymmetricFenceOnce();
+  fail_membarrier_for_test.store(true);
+}
 
 ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
+  InitAsymmetricFenceOnce();
   ThreadRecord* record = nullptr;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
@@ -214,7 +299,8 @@ size_t TryReclaim() {
 size_t PendingRetirements() {
   const size_t buffered = buffer_destroyed ? 0 : buffer.size;
   std::lock_guard<std::mutex> lock(retire_mu);
-  return buffered + retired[0].size() + retired[1].size() + retired[2].size();
+  const std::vector<Retired>* lists = RetiredLists();
+  return buffered + lists[0].size() + lists[1].size() + lists[2].size();
 }
 
 }  // namespace paddock::internal

@@ -15,10 +15,20 @@ ThreadPool::ThreadPool(int threads) {
         std::to_string(threads));
   }
   workers_.reserve(threads);
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  try {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  } catch (...) {
+    // A thread that cannot start (EAGAIN) must reach the caller as
+    // std::system_error; destroying the joinable threads started so far
+    // would call std::terminate instead.
+    StopAndJoin();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { StopAndJoin(); }
+
+void ThreadPool::StopAndJoin() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;

@@ -16,18 +16,18 @@ namespace paddock::internal {
 namespace {
 
 struct Node {
-  int64_t expires_at;
+  int64_t keep_until;
   size_t heap_index = 0;
 };
 
 class ExpiryHeapTest : public ::testing::Test {
  protected:
-  Node* MakeNode(int64_t expires_at) {
-    nodes_.push_back(std::make_unique<Node>(Node{expires_at}));
+  Node* MakeNode(int64_t keep_until) {
+    nodes_.push_back(std::make_unique<Node>(Node{keep_until}));
     return nodes_.back().get();
   }
-  Node* Push(int64_t expires_at) {
-    Node* n = MakeNode(expires_at);
+  Node* Push(int64_t keep_until) {
+    Node* n = MakeNode(keep_until);
     heap_.Push(n);
     return n;
   }
@@ -95,9 +95,9 @@ TEST_F(ExpiryHeapTest, ReplacingTheTopWithALaterExpiryMovesItDown) {
   heap_.Replace(a, MakeNode(100));
   EXPECT_EQ(heap_.Top(), b);
   heap_.Remove(b);
-  EXPECT_EQ(heap_.Top()->expires_at, 30);
+  EXPECT_EQ(heap_.Top()->keep_until, 30);
   heap_.Remove(heap_.Top());
-  EXPECT_EQ(heap_.Top()->expires_at, 100);
+  EXPECT_EQ(heap_.Top()->keep_until, 100);
 }
 
 TEST_F(ExpiryHeapTest, ClearEmptiesTheHeap) {
@@ -122,12 +122,12 @@ TEST_F(ExpiryHeapTest, RandomOperationsKeepTheEarliestExpiryOnTop) {
     if (in_heap.empty() || op <= 3) {
       Node* n = Push(time(rng));
       in_heap.push_back(n);
-      model.insert(n->expires_at);
+      model.insert(n->keep_until);
     } else if (op <= 5) {
       // Remove any node.
       const size_t i = pick();
       heap_.Remove(in_heap[i]);
-      model.erase(model.find(in_heap[i]->expires_at));
+      model.erase(model.find(in_heap[i]->keep_until));
       in_heap[i] = in_heap.back();
       in_heap.pop_back();
     } else if (op == 6) {
@@ -140,8 +140,8 @@ TEST_F(ExpiryHeapTest, RandomOperationsKeepTheEarliestExpiryOnTop) {
       const size_t i = pick();
       Node* replacement = MakeNode(time(rng));
       heap_.Replace(in_heap[i], replacement);
-      model.erase(model.find(in_heap[i]->expires_at));
-      model.insert(replacement->expires_at);
+      model.erase(model.find(in_heap[i]->keep_until));
+      model.insert(replacement->keep_until);
       in_heap[i] = replacement;
     }
 
@@ -150,14 +150,14 @@ TEST_F(ExpiryHeapTest, RandomOperationsKeepTheEarliestExpiryOnTop) {
       ASSERT_EQ(heap_.Top(), nullptr) << "step " << step;
     } else {
       ASSERT_NE(heap_.Top(), nullptr) << "step " << step;
-      ASSERT_EQ(heap_.Top()->expires_at, *model.begin()) << "step " << step;
+      ASSERT_EQ(heap_.Top()->keep_until, *model.begin()) << "step " << step;
     }
   }
 
   // Draining by Top() yields the times in order.
   std::vector<int64_t> drained;
   while (Node* top = heap_.Top()) {
-    drained.push_back(top->expires_at);
+    drained.push_back(top->keep_until);
     heap_.Remove(top);
   }
   EXPECT_EQ(drained, std::vector<int64_t>(model.begin(), model.end()));

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/internal/epoch.h"
+#include "paddock/internal/retire_list.h"
 
 namespace paddock::internal {
 namespace {
@@ -26,6 +27,7 @@ using ::testing::UnorderedElementsAreArray;
 struct Node {
   size_t hash;
   int key;
+  Node* older = nullptr;  // RetireList's link.
 };
 
 // Spreads keys over the table; distinct keys get distinct hashes.
@@ -40,6 +42,12 @@ class NodeTableTest : public ::testing::Test {
   Node* MakeNode(size_t hash, int key) {
     nodes_.push_back(std::make_unique<Node>(Node{hash, key}));
     return nodes_.back().get();
+  }
+
+  // Inserts, retiring a replaced slot array at once (no lock is held here).
+  void Insert(Node* n) {
+    RetireList<Node> retired;
+    table_.Insert(n, retired);
   }
 
   Node* Find(int key) const { return Find(HashOf(key), key); }
@@ -67,6 +75,26 @@ class NodeTableTest : public ::testing::Test {
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
+TEST_F(NodeTableTest, GrowthHandsTheOldSlotArrayToTheWritersRetireList) {
+  // The writer holds its lock while it inserts: retiring there could free
+  // other retired nodes and run their destructors under that lock.
+  RetireList<Node> retired;
+  size_t grown = 0;
+  for (int key = 0; key < 64; ++key) {
+    const size_t slots_before = Slots();
+    const size_t pending_before = PendingRetirements();
+    table_.Insert(MakeNode(key), retired);
+    if (Slots() != slots_before) {
+      ++grown;
+      EXPECT_EQ(PendingRetirements(), pending_before) << "retired under lock";
+      retired.RetireAll();  // As the writer does once it has unlocked.
+      EXPECT_EQ(PendingRetirements(), pending_before + 1);
+    }
+  }
+  EXPECT_GE(grown, 2u);
+  for (int key = 0; key < 64; ++key) EXPECT_EQ(Find(key), nodes_[key].get());
+}
+
 TEST_F(NodeTableTest, FindInAnEmptyTableReturnsNull) {
   EXPECT_EQ(Find(1), nullptr);
   EXPECT_EQ(table_.size(), 0u);
@@ -74,22 +102,22 @@ TEST_F(NodeTableTest, FindInAnEmptyTableReturnsNull) {
 
 TEST_F(NodeTableTest, FindReturnsTheInsertedNode) {
   Node* one = MakeNode(1);
-  table_.Insert(one);
+  Insert(one);
   EXPECT_EQ(Find(1), one);
   EXPECT_EQ(table_.size(), 1u);
 }
 
 TEST_F(NodeTableTest, FindOfAKeyNeverInsertedReturnsNull) {
-  table_.Insert(MakeNode(1));
+  Insert(MakeNode(1));
   EXPECT_EQ(Find(2), nullptr);
 }
 
 TEST_F(NodeTableTest, ReplacePutsTheReplacementWhereTheOldNodeWas) {
   Node* old = MakeNode(7);
   Node* replacement = MakeNode(7);
-  table_.Insert(MakeNode(6));
-  table_.Insert(old);
-  table_.Insert(MakeNode(8));
+  Insert(MakeNode(6));
+  Insert(old);
+  Insert(MakeNode(8));
 
   table_.Replace(old, replacement);
   EXPECT_EQ(Find(7), replacement);
@@ -100,8 +128,8 @@ TEST_F(NodeTableTest, ReplacePutsTheReplacementWhereTheOldNodeWas) {
 TEST_F(NodeTableTest, EraseRemovesOnlyThatNode) {
   Node* six = MakeNode(6);
   Node* seven = MakeNode(7);
-  table_.Insert(six);
-  table_.Insert(seven);
+  Insert(six);
+  Insert(seven);
 
   table_.Erase(six);
   EXPECT_EQ(Find(6), nullptr);
@@ -113,9 +141,9 @@ TEST_F(NodeTableTest, EraseRemovesOnlyThatNode) {
 TEST_F(NodeTableTest, AnErasedKeyCanBeInsertedAgain) {
   Node* first = MakeNode(3);
   Node* second = MakeNode(3);
-  table_.Insert(first);
+  Insert(first);
   table_.Erase(first);
-  table_.Insert(second);
+  Insert(second);
   EXPECT_EQ(Find(3), second);
   EXPECT_EQ(table_.size(), 1u);
 }
@@ -123,7 +151,7 @@ TEST_F(NodeTableTest, AnErasedKeyCanBeInsertedAgain) {
 TEST_F(NodeTableTest, GrowsToHoldManyInserts) {
   constexpr int kKeys = 10'000;
   for (int key = 0; key < kKeys; ++key) {
-    table_.Insert(MakeNode(key));
+    Insert(MakeNode(key));
     // Half the slots or more stay empty, so probes end.
     ASSERT_LE(2 * table_.size(), Slots()) << "after inserting key " << key;
   }
@@ -141,15 +169,15 @@ TEST_F(NodeTableTest, InsertReusesTheTombstoneOfAnErasedNode) {
   // Same hash each round: the insert's probe meets the erased node's slot
   // first. If tombstones were not reused they would pile up and force the
   // slot array to be rebuilt, changing its size.
-  table_.Insert(MakeNode(1));
-  table_.Insert(MakeNode(2));
+  Insert(MakeNode(1));
+  Insert(MakeNode(2));
   Node* current = MakeNode(3);
-  table_.Insert(current);
+  Insert(current);
   const size_t slots = Slots();
   for (int round = 0; round < 1000; ++round) {
     table_.Erase(current);
     current = MakeNode(3);
-    table_.Insert(current);
+    Insert(current);
     ASSERT_EQ(Slots(), slots) << "round " << round;
   }
   EXPECT_EQ(Find(3), current);
@@ -163,12 +191,12 @@ TEST_F(NodeTableTest, ChurnThroughDistinctKeysKeepsTheTableBounded) {
   std::vector<Node*> live;
   for (int key = 0; key < kLive; ++key) {
     live.push_back(MakeNode(key));
-    table_.Insert(live.back());
+    Insert(live.back());
   }
   for (int key = kLive; key < 20'000 + kLive; ++key) {
     table_.Erase(live[key % kLive]);
     live[key % kLive] = MakeNode(key);
-    table_.Insert(live[key % kLive]);
+    Insert(live[key % kLive]);
     ASSERT_LE(Slots(), 8u * kLive) << "after key " << key;
   }
   EXPECT_EQ(table_.size(), static_cast<size_t>(kLive));
@@ -181,9 +209,9 @@ TEST_F(NodeTableTest, NodesWithTheSameHashAreToldApartByTheirKeys) {
   Node* a = MakeNode(kHash, 1);
   Node* b = MakeNode(kHash, 2);
   Node* c = MakeNode(kHash, 3);
-  table_.Insert(a);
-  table_.Insert(b);
-  table_.Insert(c);
+  Insert(a);
+  Insert(b);
+  Insert(c);
 
   EXPECT_EQ(Find(kHash, 1), a);
   EXPECT_EQ(Find(kHash, 2), b);
@@ -196,9 +224,9 @@ TEST_F(NodeTableTest, ErasingACollidingNodeLeavesTheOthersFindable) {
   Node* a = MakeNode(kHash, 1);
   Node* b = MakeNode(kHash, 2);
   Node* c = MakeNode(kHash, 3);
-  table_.Insert(a);
-  table_.Insert(b);
-  table_.Insert(c);
+  Insert(a);
+  Insert(b);
+  Insert(c);
 
   // Each node in turn, so the probe must step over a tombstone wherever it is.
   table_.Erase(a);
@@ -223,9 +251,9 @@ TEST_F(NodeTableTest, ProbesWrapAroundTheEndOfTheSlotArray) {
   std::vector<Node*> colliding;
   for (int key = 0; key < 3; ++key) {
     colliding.push_back(MakeNode(kLastSlot, key));
-    table_.Insert(colliding.back());
+    Insert(colliding.back());
   }
-  table_.Insert(MakeNode(0));  // Hash 0: the first slot, where a wrap lands.
+  Insert(MakeNode(0));  // Hash 0: the first slot, where a wrap lands.
   for (int key = 0; key < 3; ++key)
     EXPECT_EQ(Find(kLastSlot, key), colliding[key]);
   EXPECT_NE(Find(0), nullptr);
@@ -237,7 +265,7 @@ TEST_F(NodeTableTest, ManyCollidingNodesSurviveGrowth) {
   for (int key = 0; key < kKeys; ++key) {
     // Ten keys per hash.
     inserted.push_back(MakeNode(HashOf(key / 10), key));
-    table_.Insert(inserted.back());
+    Insert(inserted.back());
   }
   for (Node* n : inserted) EXPECT_EQ(Find(n->hash, n->key), n);
 }
@@ -247,7 +275,7 @@ TEST_F(NodeTableTest, ForEachVisitsEveryLiveNodeOnce) {
   std::vector<Node*> inserted;
   for (int key = 0; key < 50; ++key) {
     inserted.push_back(MakeNode(key));
-    table_.Insert(inserted.back());
+    Insert(inserted.back());
   }
   for (int key = 0; key < 50; ++key) {
     if (key % 3 == 0) {
@@ -265,6 +293,7 @@ struct StressNode {
   size_t hash;
   int key;
   std::atomic<bool> reclaimed{false};
+  StressNode* older = nullptr;  // RetireList's link.
 };
 
 void MarkReclaimed(void* p) {
@@ -288,7 +317,8 @@ TEST(NodeTableConcurrencyTest, ReadersFindOnlyLiveNodesWithTheirOwnKey) {
     nodes.back()->hash = hash_of(key);
     nodes.back()->key = key;
     present[key] = nodes.back().get();
-    table.Insert(present[key]);
+    RetireList<StressNode> retired;  // Retires once the scope ends.
+    table.Insert(present[key], retired);
   };
   {
     std::lock_guard<std::mutex> lock(writer_mu);

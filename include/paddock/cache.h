@@ -13,10 +13,14 @@
 //       paddock::Options{.ttl = absl::Seconds(10)});
 //   absl::StatusOr<Page> page = cache.Get("member:page:0:size:10");
 //
-// Structure (docs/design.md): keys hash to shards. Each shard has a lock-free
-// table of immutable entries (readers never lock), a mutex for writers, an
-// eviction queue and the map of loads in flight. A hit reads one entry under
-// an epoch guard and writes nothing shared.
+// K and V must be copyable: `Get` returns a copy of the stored value (a
+// move-only V does not compile; store a `std::shared_ptr<const V>` instead).
+//
+// Structure (docs/design.md): keys hash to shards (internal/shard.h). Each
+// shard has a lock-free table of immutable entries (internal/entry.h; readers
+// never lock), a mutex for writers, an eviction order and the loads in flight
+// (internal/flight.h). A hit reads one entry under an epoch guard and writes
+// nothing shared. Every event goes through one recorder (internal/recorder.h).
 //
 // Lifetime of values: an entry that is replaced, evicted or invalidated is
 // destroyed once no reader can still see it (epoch-based reclamation), never
@@ -29,10 +33,7 @@
 #define PADDOCK_CACHE_H_
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -45,11 +46,9 @@
 #include <string>
 #include <thread>
 #include <utility>
-#include <vector>
 
 #include "absl/base/attributes.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
@@ -58,26 +57,27 @@
 #include "absl/time/time.h"
 #include "paddock/clock.h"
 #include "paddock/executor.h"
+#include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
-#include "paddock/internal/expiry_heap.h"
 #include "paddock/internal/flight.h"
+#include "paddock/internal/hash_mix.h"
+#include "paddock/internal/lifeline.h"
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/load_stack.h"
-#include "paddock/internal/node_table.h"
-#include "paddock/internal/per_thread_counters.h"
+#include "paddock/internal/recorder.h"
 #include "paddock/internal/seed.h"
-#include "paddock/internal/sieve.h"
+#include "paddock/internal/shard.h"
 #include "paddock/internal/time_math.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
+#include "paddock/random.h"
 #include "paddock/stats.h"
 
 namespace paddock {
 
-template <typename K, typename V, typename Policy = SoftTtl,
+template <typename K, typename V, RefreshPolicy Policy = SoftTtl,
           typename Hash = absl::Hash<K>, typename Eq = std::equal_to<K>>
-requires RefreshPolicy<Policy>
 class Cache {
  public:
   // Produces the value for a key, or an error. Called concurrently for
@@ -110,18 +110,23 @@ class Cache {
   // runs the loader, on its own thread; the others wait for its result for at
   // most `Options::wait_timeout`, then receive a value the policy still keeps
   // or `absl::DeadlineExceededError` (the load carries on and its result is
-  // stored). Errors:
+  // stored). A caller that finds a background refresh of the key still
+  // queued on the executor runs it itself rather than wait for the executor.
+  // Errors:
   //  - the loader's error, passed to every caller of that load and cached
   //    only for `Options::error_ttl`; a stale value instead while the policy
   //    allows stale-if-error;
   //  - `absl::InternalError` with the exception's `what()` if the loader
-  //    threw;
+  //    threw, or if storing its value threw (e.g. `std::bad_alloc`);
   //  - `absl::FailedPreconditionError` if called by the loader for the key it
   //    is loading (the call would wait for itself);
   //  - `absl::DeadlineExceededError` if no load slot
   //    (`Options::max_concurrent_loads`) came free within `wait_timeout`.
+  // An exception thrown by `Hash`, `Eq` or a copy of K or V propagates to the
+  // caller; no load is left registered by it.
   //
-  // Thread-safe. Never holds an internal lock while the loader runs. A hit
+  // Thread-safe. Never holds an internal lock while the loader runs, nor
+  // while a listener, a destructor of K or V, or a copy of V runs. A hit
   // takes no lock and writes no memory another thread writes.
   absl::StatusOr<V> Get(const K& key);
 
@@ -160,7 +165,7 @@ class Cache {
   //
   // Returns the counters. Thread-safe; each field exact, fields not taken at
   // one instant.
-  Stats stats() const;
+  Stats stats() const { return recorder_.Snapshot(); }
 
   // Cache::loads_in_flight()
   //
@@ -173,33 +178,7 @@ class Cache {
   const Options& options() const { return options_; }
 
  private:
-  struct Node {
-    Node(size_t hash, const K& key) : hash(hash), key(key) {}
-
-    // Read by lookups without a lock; never changes after publication.
-    const size_t hash;
-    int64_t quiet_until = std::numeric_limits<int64_t>::min();
-    const K key;
-    std::optional<V> value;  // Empty in a cached error.
-    absl::Status error;      // Non-OK while `error_until` is ahead.
-    int64_t loaded_at = 0;
-    int64_t expires_at = 0;
-    int64_t keep_until = 0;
-    int64_t on_error_until = 0;
-    int64_t error_until = std::numeric_limits<int64_t>::min();
-    int64_t load_duration = 0;
-
-    // Written by lookups, one-way and only when it changes.
-    std::atomic<bool> visited{false};
-    std::atomic<bool> refreshing{false};
-
-    // Guarded by the shard's mutex. `heap_index` shares a word with the
-    // flags above, which keeps a node of uint64_t key and value in a 128-byte
-    // malloc chunk rather than a 144-byte one.
-    uint32_t heap_index = 0;
-    Node* older = nullptr;
-    Node* newer = nullptr;
-  };
+  using Entry = internal::Entry<K, V>;
 
   // One load's result, shared by its waiters.
   struct Outcome {
@@ -209,146 +188,39 @@ class Cache {
   };
 
   using Flight = internal::Flight<Outcome>;
+  using Shard = internal::Shard<K, V, Flight, Hash, Eq>;
+  using Writer = typename Shard::Writer;
 
-  struct alignas(64) Shard {
-    std::mutex mu;
-    internal::NodeTable<Node> table;
-    // Guarded by mu:
-    internal::Sieve<Node> sieve;
-    internal::ExpiryHeap<Node> expiry;
-    absl::flat_hash_map<K, std::shared_ptr<Flight>, Hash, Eq> in_flight;
-    size_t capacity = 0;
-    // Bumped by Put and Invalidate; an uncoalesced load stores its result
-    // only if it did not change meanwhile.
-    uint64_t writes = 0;
-    std::atomic<size_t> size{0};
+  // One load of one key, from its registration to its completion: the key,
+  // its flight (registered in the key's shard), why it runs and the load
+  // slot it holds (0: none yet).
+  struct Load {
+    const K& key;
+    size_t hash;
+    std::shared_ptr<Flight> flight;
+    LoadKind kind;
+    internal::LoadSlots::Ticket slot = 0;
   };
 
-  // Tracks background tasks so the destructor can wait for them.
-  struct Lifeline {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool closed = false;  // Guarded by mu.
-    int running = 0;      // Guarded by mu.
-
-    bool Enter() {
-      std::lock_guard<std::mutex> lock(mu);
-      if (closed) return false;
-      ++running;
-      return true;
-    }
-    void Exit() {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        --running;
-      }
-      cv.notify_all();
-    }
-    void CloseAndWait() {
-      std::unique_lock<std::mutex> lock(mu);
-      closed = true;
-      cv.wait(lock, [&] { return running == 0; });
-    }
-  };
-
-  // A scheduled background refresh. If destroyed without running (an
-  // executor that drops tasks), it releases its slot and ends its flight.
-  class RefreshTask {
-   public:
-    RefreshTask(Cache* cache, K key, size_t hash,
-                std::shared_ptr<Flight> flight,
-                internal::LoadSlots::Ticket slot)
-        : cache_(cache),
-          lifeline_(cache->lifeline_),
-          key_(std::move(key)),
-          hash_(hash),
-          flight_(std::move(flight)),
-          slot_(slot) {}
-    RefreshTask(RefreshTask&& other) noexcept
-        : cache_(std::exchange(other.cache_, nullptr)),
-          lifeline_(std::move(other.lifeline_)),
-          key_(std::move(other.key_)),
-          hash_(other.hash_),
-          flight_(std::move(other.flight_)),
-          slot_(other.slot_) {}
-    RefreshTask& operator=(RefreshTask&&) = delete;
-    ~RefreshTask() {
-      if (cache_ != nullptr) Finish(/*run=*/false);
-    }
-    void operator()() && { Finish(/*run=*/true); }
-
-   private:
-    void Finish(bool run) {
-      Cache* cache = std::exchange(cache_, nullptr);
-      if (!lifeline_->Enter()) {
-        // The cache is gone; tell anyone still holding the flight.
-        flight_->Publish(
-            {absl::CancelledError("paddock: cache destroyed"), false});
-        return;
-      }
-      if (run) {
-        cache->RunLoad(key_, hash_, flight_, LoadKind::kRefresh, 0, slot_)
-            .IgnoreError();
-      } else {
-        cache->slots_.Release(slot_);
-        cache->Finish(key_, hash_, flight_, 0, LoadKind::kRefresh,
-                      absl::CancelledError("paddock: refresh task dropped"),
-                      /*loader_ran=*/false, cache->NowNanos(),
-                      cache->NowNanos());
-      }
-      lifeline_->Exit();
-    }
-
-    Cache* cache_;
-    std::shared_ptr<Lifeline> lifeline_;
-    K key_;
-    size_t hash_;
-    std::shared_ptr<Flight> flight_;
-    internal::LoadSlots::Ticket slot_;
-  };
-
-  // Counters on the hit path, one line per thread.
-  enum HotCounter { kHits, kStaleHits, kHotCounters };
-
-  // Counters off the hit path.
-  struct ColdCounters {
-    std::atomic<uint64_t> misses{0}, loads{0}, load_failures{0},
-        coalesced_waits{0}, refreshes{0}, wait_timeouts{0}, evictions{0},
-        negative_hits{0}, stale_fallbacks{0}, refreshes_skipped{0};
-    std::atomic<int64_t> load_nanos{0};
-  };
-
-  // What a stored entry answers, decided without a lock.
+  // What a stored entry answers a lookup at some instant.
   struct Answer {
-    std::optional<absl::StatusOr<V>> result;  // Empty: a load is needed.
-    bool refresh = false;  // Start a background refresh of this node.
+    enum class Served { kNothing, kFresh, kStale, kNegative, kStaleFallback };
+    Served served = Served::kNothing;  // kNothing: a load is needed.
+    // Readable only under the epoch guard the answer was made under.
+    const Entry* entry = nullptr;
+    bool refresh = false;   // Start a background refresh of `entry`.
+    int64_t loaded_at = 0;  // `entry`'s, for what outlives the guard.
   };
 
-  // Retires nodes after the shard lock is released (destructors of V run
-  // outside our locks). Declare before the lock.
-  class DeferredRetire {
-   public:
-    DeferredRetire() = default;  // Allocates only past two nodes.
-    DeferredRetire(const DeferredRetire&) = delete;
-    DeferredRetire& operator=(const DeferredRetire&) = delete;
-    ~DeferredRetire() {
-      for (Node* n : nodes_) internal::RetireObject(n);
-    }
-    void Add(Node* n) { nodes_.push_back(n); }
-
-   private:
-    absl::InlinedVector<Node*, 2> nodes_;
-  };
+  class RefreshTask;
 
   static Options Resolve(Options options);
 
+  ABSL_ATTRIBUTE_ALWAYS_INLINE size_t HashOf(const K& key) const {
+    return internal::MixedHash(hash_, key);
+  }
   ABSL_ATTRIBUTE_ALWAYS_INLINE Shard& ShardFor(size_t hash) const {
     return shards_[((hash >> 32) * shard_count_) >> 32];
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE Node* FindIn(const Shard& shard, size_t hash,
-                                            const K& key) const {
-    return shard.table.Find(hash,
-                            [&](const Node* n) { return eq_(n->key, key); });
   }
   // Precise time by `Options::clock`, in nanoseconds since the Unix epoch.
   int64_t NowNanos() const {
@@ -360,75 +232,147 @@ class Cache {
     return system_clock_ ? SystemClock::CoarseNowNanos()
                          : absl::ToUnixNanos(clock_->Now());
   }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE static void MarkVisited(Node* n) {
-    if (!n->visited.load(std::memory_order_relaxed)) {
-      n->visited.store(true, std::memory_order_relaxed);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void MarkVisited(const Entry* n) {
+    auto& visited = const_cast<Entry*>(n)->visited;
+    if (!visited.load(std::memory_order_relaxed)) {
+      visited.store(true, std::memory_order_relaxed);
     }
   }
-  EntryState StateOf(const Node* n) const {
+  EntryState StateOf(const Entry* n) const {
     return {absl::FromUnixNanos(n->loaded_at),
             absl::FromUnixNanos(n->expires_at),
             absl::Nanoseconds(n->load_duration),
             n->refreshing.load(std::memory_order_relaxed)};
   }
 
+  // -- Lookups.
   // Get() past the hit path: entries outside their quiet window, misses.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnquiet(Shard& shard,
                                                        const K& key,
                                                        size_t hash);
-  Answer Examine(Node* n, int64_t now, bool count);
+  // Decides what `n` answers at `now`. Writes only one-way flags.
+  Answer Examine(Entry* n, int64_t now);
+  // The value or error `answer` serves; call inside the guard it was made
+  // under, without a lock (copies V).
+  static absl::StatusOr<V> ResultOf(const Answer& answer);
+  // Counts what `answer` served; call without a lock.
+  void Record(const Answer& answer, int64_t now);
   absl::StatusOr<V> GetSlow(Shard& shard, const K& key, size_t hash);
   absl::StatusOr<V> Wait(const std::shared_ptr<Flight>& flight, Shard& shard,
                          const K& key, size_t hash);
-  void StartRefresh(Shard& shard, const K& key, size_t hash, Node* n);
-  absl::StatusOr<V> RunLoad(const K& key, size_t hash,
-                            const std::shared_ptr<Flight>& flight,
-                            LoadKind kind, uint64_t writes_seen,
-                            internal::LoadSlots::Ticket slot);
+
+  // -- Loads.
+  // Runs `load` on this thread (taking a slot first if it has none) and
+  // returns what its caller gets.
+  absl::StatusOr<V> Lead(Load load);
+  // Calls the loader, stores, publishes; returns the outcome.
+  Outcome RunLoad(Load& load);
   absl::StatusOr<V> CallLoader(const K& key);
-  Outcome Finish(const K& key, size_t hash,
-                 const std::shared_ptr<Flight>& flight, uint64_t writes_seen,
-                 LoadKind kind, absl::StatusOr<V> result, bool loader_ran,
-                 int64_t started, int64_t finished);
-  // A node for `value` loaded (or put) at `now`, its lifetime set by the
-  // policy. Needs no lock.
-  std::unique_ptr<Node> NewNode(const K& key, size_t hash, V value,
-                                int64_t load_duration, int64_t now);
-  // Stores `n` in place of `previous` (may be null); returns evictions.
-  int Store(Shard& shard, Node* previous, Node* n, int64_t now,
-            DeferredRetire& retire);
-  void Unlink(Shard& shard, Node* n, DeferredRetire& retire);
-  // Records `evicted` evictions in stats and the listener; call unlocked.
-  void CountEvictions(int evicted);
+  // Ends `load` with `result` whatever happens: stores it if the load still
+  // owns its key, and publishes it to the load's waiters. Never throws.
+  Outcome Complete(Load& load, absl::StatusOr<V> result, bool loader_ran,
+                   int64_t started, int64_t finished) noexcept;
+  // Complete()'s store: returns whether anyone joined the load.
+  bool StoreOutcome(Load& load, Outcome& outcome, bool loader_ran,
+                    int64_t started, int64_t finished);
+  // A caller's result from a load's outcome; counts a stale fallback.
+  absl::StatusOr<V> Serve(const Outcome& outcome);
+  // A new entry for `value` loaded (or put) at `now`, its lifetime set by the
+  // policy. Call without a lock.
+  std::unique_ptr<Entry> NewEntry(const K& key, size_t hash, V value,
+                                  int64_t load_duration, int64_t now);
+
+  // -- Background refreshes.
+  // Registers a refresh of `key`, whose entry is `n`, and puts its task in
+  // `*task`. The caller holds the epoch guard under which it found `n` (so
+  // `n` is compared by address safely) and schedules the task after that
+  // guard ends.
+  void PrepareRefresh(Shard& shard, const K& key, size_t hash, const Entry* n,
+                      std::optional<RefreshTask>& task);
+  // Hands `task` to the executor; a task the executor refuses (throws) ends
+  // its load with Cancelled. Never throws.
+  void Schedule(RefreshTask task) noexcept;
   Executor* executor();
-  // A load's outcome as a caller's result; counts a stale fallback.
-  absl::StatusOr<V> Serve(Outcome outcome);
-  void ServeStale(const Node* n, int64_t now);
 
   Loader loader_;
   const Options options_;
   const Policy policy_;
   Clock* const clock_;
   const bool system_clock_;
+  const int64_t max_load_age_;
   const Hash hash_{};
   const Eq eq_{};
   const size_t shard_count_;
-  const std::unique_ptr<Shard[]> shards_;
+  std::unique_ptr<Shard[]> shards_;
   mutable Random rng_;
   internal::LoadSlots slots_;
-  mutable internal::PerThreadCounters<kHotCounters> hot_;
-  ColdCounters cold_;
-  std::shared_ptr<Lifeline> lifeline_ = std::make_shared<Lifeline>();
+  mutable internal::Recorder recorder_;
+  std::shared_ptr<internal::Lifeline> lifeline_ =
+      std::make_shared<internal::Lifeline>();
   std::once_flag pool_once_;
   std::unique_ptr<ThreadPool> pool_;  // The default executor, made lazily.
+};
+
+// A scheduled background refresh. It holds its flight from registration; the
+// flight is run by whoever claims it first: this task when the executor runs
+// it, or a caller that needs the value before then. Destroyed unrun (an
+// executor that drops work), it ends the load with Cancelled. After the cache
+// is gone it touches nothing of it.
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+class Cache<K, V, P, H, E>::RefreshTask {
+ public:
+  RefreshTask(Cache* cache, const K& key, size_t hash)
+      : cache_(cache), lifeline_(cache->lifeline_), key_(key), hash_(hash) {}
+  RefreshTask(RefreshTask&&) noexcept = default;
+  RefreshTask& operator=(RefreshTask&&) = delete;
+  ~RefreshTask() {
+    if (flight_ != nullptr) Run(/*dropped=*/true);
+  }
+
+  // Gives the task its registered flight; until then destroying it does
+  // nothing.
+  void Attach(std::shared_ptr<Flight> flight) { flight_ = std::move(flight); }
+
+  void operator()() && {
+    if (flight_ != nullptr) Run(/*dropped=*/false);
+  }
+
+ private:
+  void Run(bool dropped) noexcept {
+    const std::shared_ptr<Flight> flight = std::move(flight_);
+    const internal::Lifeline::Pass pass = lifeline_->Enter();
+    if (!pass) {
+      // The cache is gone; tell anyone still holding the flight.
+      if (flight->TryClaim()) {
+        flight->Publish({absl::CancelledError("paddock: cache destroyed")});
+      }
+      return;
+    }
+    if (!flight->TryClaim()) return;  // A caller that needed it ran it.
+    Load load{key_, hash_, flight, LoadKind::kRefresh, flight->slot()};
+    if (dropped) {
+      cache_->slots_.Release(std::exchange(load.slot, 0));
+      const int64_t now = cache_->NowNanos();
+      cache_->Complete(load,
+                       absl::CancelledError("paddock: refresh task dropped"),
+                       /*loader_ran=*/false, now, now);
+    } else {
+      cache_->RunLoad(load);
+    }
+  }
+
+  Cache* cache_;
+  std::shared_ptr<internal::Lifeline> lifeline_;
+  K key_;
+  size_t hash_;
+  std::shared_ptr<Flight> flight_;
 };
 
 // ---------------------------------------------------------------------------
 // Implementation.
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> Options
-Cache<K, V, P, H, E>::Resolve(Options options) {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Options Cache<K, V, P, H, E>::Resolve(Options options) {
   if (absl::Status s = options.Validate(); !s.ok()) {
     throw std::invalid_argument(std::string(s.message()));
   }
@@ -443,18 +387,19 @@ Cache<K, V, P, H, E>::Resolve(Options options) {
   return options;
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> Cache<K, V, P, H, E>::Cache(Loader loader,
-                                                      Options options, P policy)
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
     : loader_(std::move(loader)),
       options_(Resolve(options)),
       policy_(std::move(policy)),
       clock_(options_.clock),
       system_clock_(clock_ == SystemClock::Get()),
+      max_load_age_(internal::ToNanosSaturated(options_.max_load_age)),
       shard_count_(static_cast<size_t>(options_.shards)),
       shards_(new Shard[shard_count_]),
       rng_(internal::SeedOrRandom(options_.seed)),
-      slots_(options_.max_concurrent_loads, options_.max_load_age) {
+      slots_(options_.max_concurrent_loads, options_.max_load_age),
+      recorder_(options_.listener) {
   if (!loader_) {
     throw std::invalid_argument("paddock::Cache: loader must not be empty");
   }
@@ -466,69 +411,66 @@ requires RefreshPolicy<P> Cache<K, V, P, H, E>::Cache(Loader loader,
   const size_t base = options_.max_entries / shard_count_;
   const size_t extra = options_.max_entries % shard_count_;
   for (size_t i = 0; i < shard_count_; ++i) {
-    shards_[i].capacity = base + (i < extra ? 1 : 0);
+    shards_[i].set_capacity(base + (i < extra ? 1 : 0));
   }
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> Cache<K, V, P, H, E>::~Cache() {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Cache<K, V, P, H, E>::~Cache() {
   lifeline_->CloseAndWait();
-  pool_.reset();  // Runs queued tasks, which now skip the closed cache.
-  for (size_t i = 0; i < shard_count_; ++i) {
-    // No reader can be inside: free directly.
-    shards_[i].table.ForEach([](Node* n) { delete n; });
-  }
+  pool_.reset();    // Runs queued tasks, which now skip the closed cache.
+  shards_.reset();  // No reader can be inside: entries are freed directly.
   // Free what this cache retired, unless a reader elsewhere still holds an
   // epoch; whatever remains is freed by later retirements.
   internal::TryReclaim();
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Get(
-    const K& key) {
-  const size_t hash = hash_(key);
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
+  const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
   internal::ThreadRecord* const record = internal::CurrentThreadRecord();
   {
     internal::EpochGuard guard(record);
-    Node* node = FindIn(shard, hash, key);
-    if (node != nullptr && HitNowNanos() < node->quiet_until) [[likely]] {
-      MarkVisited(node);
-      hot_.Increment(record, kHits);
-      return *node->value;
+    const Entry* n = shard.Find(hash, key, eq_);
+    if (n != nullptr && HitNowNanos() < n->quiet_until) [[likely]] {
+      MarkVisited(n);
+      recorder_.Hit(record);
+      return *n->value;
     }
   }
   return GetUnquiet(shard, key, hash);
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnquiet(
-    Shard& shard, const K& key, size_t hash) {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnquiet(Shard& shard, const K& key,
+                                                   size_t hash) {
+  std::optional<RefreshTask> refresh;
+  std::optional<absl::StatusOr<V>> result;
   Answer answer;
-  Node* node;
+  int64_t now = 0;
   {
     internal::EpochGuard guard;
-    node = FindIn(shard, hash, key);
-    if (node != nullptr) {
-      answer = Examine(node, NowNanos(), /*count=*/true);
-      if (answer.result.has_value() && !answer.refresh) {
-        return *std::move(answer.result);
+    if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+      now = NowNanos();
+      answer = Examine(n, now);
+      if (answer.served != Answer::Served::kNothing) {
+        result.emplace(ResultOf(answer));
+        if (answer.refresh) PrepareRefresh(shard, key, hash, n, refresh);
       }
     }
   }
-  if (answer.result.has_value()) {
-    // `node` may be retired by now; StartRefresh only compares its address
-    // under the shard lock.
-    StartRefresh(shard, key, hash, node);
-    return *std::move(answer.result);
-  }
-  return GetSlow(shard, key, hash);
+  // Past the guard: a load must never run inside one.
+  if (!result.has_value()) return GetSlow(shard, key, hash);
+  Record(answer, now);
+  if (refresh.has_value()) Schedule(*std::move(refresh));
+  return *std::move(result);
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
-    Node* n, int64_t now, bool count) {
+    Entry* n, int64_t now) {
+  using Served = typename Answer::Served;
   if (n->value.has_value() && now < n->keep_until) {
     const Decision d =
         now < n->quiet_until
@@ -540,123 +482,151 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
                            now >= n->error_until &&
                            !n->refreshing.load(std::memory_order_relaxed) &&
                            !n->refreshing.exchange(true);
-      if (count) {
-        if (now < n->expires_at) {
-          hot_.Increment(internal::CurrentThreadRecord(), kHits);
-        } else {
-          hot_.Increment(internal::CurrentThreadRecord(), kStaleHits);
-          if (options_.listener != nullptr) {
-            options_.listener->OnStaleServed(
-                absl::Nanoseconds(now - n->loaded_at));
-          }
-        }
-      }
-      return {*n->value, refresh};
+      return {now < n->expires_at ? Served::kFresh : Served::kStale, n, refresh,
+              n->loaded_at};
     }
   }
   if (now < n->error_until) {
     // A recent failure is remembered: no loader call until it passes.
     if (n->value.has_value() && now < n->on_error_until) {
-      if (count) ServeStale(n, now);
-      return {*n->value, false};
+      return {Served::kStaleFallback, n, false, n->loaded_at};
     }
-    if (count) cold_.negative_hits.fetch_add(1, std::memory_order_relaxed);
-    return {absl::StatusOr<V>(n->error), false};
+    return {Served::kNegative, n, false, n->loaded_at};
   }
   return {};
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
-void Cache<K, V, P, H, E>::ServeStale(const Node* n, int64_t now) {
-  cold_.stale_fallbacks.fetch_add(1, std::memory_order_relaxed);
-  if (options_.listener != nullptr) {
-    options_.listener->OnStaleServed(absl::Nanoseconds(now - n->loaded_at));
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::ResultOf(const Answer& answer) {
+  if (answer.served == Answer::Served::kNegative) return answer.entry->error;
+  return *answer.entry->value;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::Record(const Answer& answer, int64_t now) {
+  // `answer.entry` may be retired by now: only the answer's own copy of
+  // its load time is read.
+  switch (answer.served) {
+    case Answer::Served::kFresh:
+      recorder_.Hit(internal::CurrentThreadRecord());
+      break;
+    case Answer::Served::kStale:
+      recorder_.StaleHit(absl::Nanoseconds(now - answer.loaded_at));
+      break;
+    case Answer::Served::kNegative:
+      recorder_.NegativeHit();
+      break;
+    case Answer::Served::kStaleFallback:
+      recorder_.StaleFallback(absl::Nanoseconds(now - answer.loaded_at));
+      break;
+    case Answer::Served::kNothing:
+      break;
   }
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(
-    Shard& shard, const K& key, size_t hash) {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
+                                                size_t hash) {
   if (internal::IsLoadingOnThisThread(this, hash, key, eq_)) {
     return absl::FailedPreconditionError(
         "paddock: the loader called Get for the key it is loading");
   }
   std::shared_ptr<Flight> flight;
-  bool leader = false;
-  uint64_t writes_seen = 0;
+  LoadKind kind = LoadKind::kForeground;
+  bool lead = false;
   Answer answer;
-  Node* node = nullptr;
+  int64_t now;
+  std::optional<RefreshTask> refresh;
+  std::optional<absl::StatusOr<V>> result;
   {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    const int64_t now = NowNanos();
-    // Re-check: a load may have stored the value since the lock-free look.
-    node = FindIn(shard, hash, key);
-    if (node != nullptr) answer = Examine(node, now, /*count=*/true);
-    if (!answer.result.has_value()) {
-      cold_.misses.fetch_add(1, std::memory_order_relaxed);
-      if constexpr (P::kCoalesceLoads) {
-        auto it = shard.in_flight.find(key);
-        if (it != shard.in_flight.end() &&
-            now - it->second->started_at() <
-                internal::ToNanosSaturated(options_.max_load_age)) {
-          flight = it->second;
-          flight->Join();
+    // Held across the lock so that the entry examined under it can still be
+    // read (and compared by address) after it.
+    internal::EpochGuard guard;
+    {
+      Writer w(shard);
+      now = NowNanos();
+      // Re-check: a load may have stored the value since the lock-free look.
+      if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+        answer = Examine(n, now);
+      }
+      if (answer.served == Answer::Served::kNothing) {
+        if constexpr (P::kCoalesceLoads) {
+          flight = shard.LiveFlight(key, hash, now, max_load_age_);
+          if (flight == nullptr) {
+            // None in flight, or the one in flight is done or too old to
+            // wait for: it keeps running but will no longer store.
+            flight = std::make_shared<Flight>(now, Flight::State::kRunning);
+            shard.Register(w, key, hash, flight);
+            lead = true;
+          } else if (flight->TryClaim()) {
+            // A refresh still queued on the executor: run it here rather than
+            // wait for the executor, which may be busy with this very caller.
+            kind = LoadKind::kRefresh;
+            lead = true;
+          } else {
+            flight->Join();
+          }
         } else {
-          // None in flight, or the one in flight is too old to wait for: it
-          // keeps running but will no longer store its result.
-          flight = std::make_shared<Flight>(now);
-          shard.in_flight.insert_or_assign(key, flight);
-          leader = true;
+          // Every caller loads; concurrent loads of a key share a flight
+          // only to learn whether a write superseded them.
+          flight = shard.LiveFlight(key, hash, now,
+                                    std::numeric_limits<int64_t>::max());
+          if (flight != nullptr) {
+            flight->AddRunner();
+          } else {
+            flight = std::make_shared<Flight>(now, Flight::State::kRunning);
+            shard.Register(w, key, hash, flight);
+          }
+          lead = true;
         }
-      } else {
-        leader = true;
-        writes_seen = shard.writes;
+      }
+    }
+    if (answer.served != Answer::Served::kNothing) {
+      result.emplace(ResultOf(answer));
+      if (answer.refresh) {
+        PrepareRefresh(shard, key, hash, answer.entry, refresh);
       }
     }
   }
-  if (answer.result.has_value()) {
-    if (answer.refresh) StartRefresh(shard, key, hash, node);
-    return *std::move(answer.result);
+  if (result.has_value()) {
+    Record(answer, now);
+    if (refresh.has_value()) Schedule(*std::move(refresh));
+    return *std::move(result);
   }
-  if (!leader) {
-    cold_.coalesced_waits.fetch_add(1, std::memory_order_relaxed);
-    if (options_.listener != nullptr) options_.listener->OnCoalescedWait();
+  recorder_.Miss();
+  if (!lead) {
+    recorder_.CoalescedWait();
     return Wait(flight, shard, key, hash);
   }
   const internal::LoadSlots::Ticket slot =
-      slots_.AcquireFor(options_.wait_timeout, [this] { return NowNanos(); });
-  if (slot == 0) {
-    const int64_t now = NowNanos();
-    return Serve(Finish(key, hash, flight, writes_seen, LoadKind::kForeground,
-                        absl::DeadlineExceededError(absl::StrCat(
-                            "paddock: no load slot came free within "
-                            "wait_timeout (",
-                            absl::FormatDuration(options_.wait_timeout), ")")),
-                        /*loader_ran=*/false, now, now));
-  }
-  return RunLoad(key, hash, flight, LoadKind::kForeground, writes_seen, slot);
+      kind == LoadKind::kRefresh ? flight->slot() : 0;
+  return Lead(Load{key, hash, std::move(flight), kind, slot});
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
     const std::shared_ptr<Flight>& flight, Shard& shard, const K& key,
     size_t hash) {
   if (const Outcome* outcome = flight->WaitFor(options_.wait_timeout);
       outcome != nullptr) {
     return Serve(*outcome);
   }
-
-  cold_.wait_timeouts.fetch_add(1, std::memory_order_relaxed);
-  if (options_.listener != nullptr) options_.listener->OnWaitTimeout();
+  recorder_.WaitTimeout();
+  std::optional<V> stale;
+  int64_t now = 0;
+  int64_t loaded_at = 0;
   {
     internal::EpochGuard guard;
-    const int64_t now = NowNanos();
-    Node* n = FindIn(shard, hash, key);
+    now = NowNanos();
+    const Entry* n = shard.Find(hash, key, eq_);
     if (n != nullptr && n->value.has_value() && now < n->keep_until) {
-      ServeStale(n, now);
-      return *n->value;
+      stale.emplace(*n->value);
+      loaded_at = n->loaded_at;
     }
+  }
+  if (stale.has_value()) {
+    recorder_.StaleFallback(absl::Nanoseconds(now - loaded_at));
+    return *std::move(stale);
   }
   return absl::DeadlineExceededError(
       absl::StrCat("paddock: the load of this key did not finish within "
@@ -664,64 +634,35 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
                    absl::FormatDuration(options_.wait_timeout), ")"));
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(
-    Outcome outcome) {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(const Outcome& outcome) {
   if (outcome.stale) {
-    cold_.stale_fallbacks.fetch_add(1, std::memory_order_relaxed);
-    if (options_.listener != nullptr) {
-      options_.listener->OnStaleServed(
-          absl::Nanoseconds(NowNanos() - outcome.stale_loaded_at));
+    recorder_.StaleFallback(
+        absl::Nanoseconds(NowNanos() - outcome.stale_loaded_at));
+  }
+  return outcome.value;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
+  if (load.slot == 0) {
+    load.slot =
+        slots_.AcquireFor(options_.wait_timeout, [this] { return NowNanos(); });
+    if (load.slot == 0) {
+      const int64_t now = NowNanos();
+      return Serve(
+          Complete(load,
+                   absl::DeadlineExceededError(absl::StrCat(
+                       "paddock: no load slot came free within wait_timeout (",
+                       absl::FormatDuration(options_.wait_timeout), ")")),
+                   /*loader_ran=*/false, now, now));
     }
   }
-  return std::move(outcome.value);
+  return Serve(RunLoad(load));
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
-void Cache<K, V, P, H, E>::StartRefresh(Shard& shard, const K& key, size_t hash,
-                                        Node* n) {
-  std::shared_ptr<Flight> flight;
-  internal::LoadSlots::Ticket slot;
-  {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    // Compared by address only: `n` may have been replaced and retired.
-    if (FindIn(shard, hash, key) != n) return;
-    const int64_t now = NowNanos();
-    auto it = shard.in_flight.find(key);
-    if (it != shard.in_flight.end() &&
-        now - it->second->started_at() <
-            internal::ToNanosSaturated(options_.max_load_age)) {
-      return;  // One load per key; it replaces `n` when it stores.
-    }
-    slot = slots_.TryAcquire(now);
-    if (slot == 0) {
-      n->refreshing.store(false, std::memory_order_relaxed);
-      cold_.refreshes_skipped.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    flight = std::make_shared<Flight>(now);
-    shard.in_flight.insert_or_assign(key, flight);
-    cold_.refreshes.fetch_add(1, std::memory_order_relaxed);
-  }
-  // Outside the lock: an executor may run the task inline.
-  executor()->Schedule(RefreshTask(this, key, hash, std::move(flight), slot));
-}
-
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> Executor* Cache<K, V, P, H, E>::executor() {
-  if (options_.executor != nullptr) return options_.executor;
-  std::call_once(pool_once_, [&] {
-    const int threads = static_cast<int>(
-        std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
-    pool_ = std::make_unique<ThreadPool>(threads);
-  });
-  return pool_.get();
-}
-
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(
-    const K& key) {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key) {
   try {
     return loader_(key);
   } catch (const std::exception& e) {
@@ -734,120 +675,128 @@ requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(
   }
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> absl::StatusOr<V> Cache<K, V, P, H, E>::RunLoad(
-    const K& key, size_t hash, const std::shared_ptr<Flight>& flight,
-    LoadKind kind, uint64_t writes_seen, internal::LoadSlots::Ticket slot) {
-  cold_.loads.fetch_add(1, std::memory_order_relaxed);
-  Listener* const listener = options_.listener;
-  if (listener != nullptr) listener->OnLoadStart(kind);
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunLoad(
+    Load& load) {
+  // The slot goes back however the load ends.
+  absl::Cleanup release_slot = [&] {
+    slots_.Release(std::exchange(load.slot, 0));
+  };
+  recorder_.LoadStarted(load.kind);
   const int64_t started = NowNanos();
   absl::StatusOr<V> result;
   {
-    internal::LoadScope scope(this, hash, &key);
-    result = CallLoader(key);
+    internal::LoadScope scope(this, load.hash, &load.key);
+    result = CallLoader(load.key);
   }
   const int64_t finished = NowNanos();
-  slots_.Release(slot);
-  cold_.load_nanos.fetch_add(finished - started, std::memory_order_relaxed);
-  if (!result.ok()) {
-    cold_.load_failures.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (listener != nullptr) {
-    listener->OnLoadFinish(kind, absl::Nanoseconds(finished - started),
-                           result.status());
-  }
-  Outcome outcome =
-      Finish(key, hash, flight, writes_seen, kind, std::move(result),
-             /*loader_ran=*/true, started, finished);
-  if (kind == LoadKind::kRefresh) return std::move(outcome.value);
-  return Serve(std::move(outcome));
+  std::move(release_slot).Invoke();
+  recorder_.LoadFinished(load.kind, absl::Nanoseconds(finished - started),
+                         result.status());
+  return Complete(load, std::move(result), /*loader_ran=*/true, started,
+                  finished);
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
-typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Finish(
-    const K& key, size_t hash, const std::shared_ptr<Flight>& flight,
-    uint64_t writes_seen, LoadKind kind, absl::StatusOr<V> result,
-    bool loader_ran, int64_t started, int64_t finished) {
-  Shard& shard = ShardFor(hash);
-  Outcome outcome{std::move(result), false};
-  // Built before the lock, so the shard is not held across an allocation
-  // and a copy of V; dropped after it if this load no longer owns the key.
-  std::unique_ptr<Node> fresh;
-  if (outcome.value.ok()) {
-    fresh = NewNode(key, hash, *outcome.value, finished - started, finished);
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
+    Load& load, absl::StatusOr<V> result, bool loader_ran, int64_t started,
+    int64_t finished) noexcept {
+  Outcome outcome{std::move(result)};
+  // If storing fails, publish anyway: a waiter may have joined.
+  bool publish = true;
+  try {
+    publish = StoreOutcome(load, outcome, loader_ran, started, finished);
+  } catch (const std::exception& e) {
+    outcome = {absl::InternalError(
+        absl::StrCat("paddock: storing the loaded value failed: ", e.what()))};
+  } catch (...) {
+    outcome = {absl::InternalError(
+        "paddock: storing the loaded value failed (an exception that is not "
+        "a std::exception)")};
   }
-  int evicted = 0;
-  // Whether anyone joined this load and waits for its outcome. Final once
-  // the flight has left `in_flight`, which happens under the lock below.
-  bool publish = false;
-  {
-    DeferredRetire retire;
-    std::lock_guard<std::mutex> lock(shard.mu);
-    // Store only if no Put, Invalidate or newer load superseded this one.
-    bool own;
-    if (flight != nullptr) {
-      auto it = shard.in_flight.find(key);
-      own = it != shard.in_flight.end() && it->second == flight;
-      if (own) shard.in_flight.erase(it);
-      publish = flight->joined() > 0;
-    } else {
-      own = shard.writes == writes_seen;
-    }
-    Node* current = FindIn(shard, hash, key);
-    if (outcome.value.ok()) {
-      if (own) {
-        evicted = Store(shard, current, fresh.release(), finished, retire);
-      }
-    } else {
-      const bool has_value = current != nullptr && current->value.has_value();
-      // Callers of this load get the stale value instead of the error.
-      const bool fallback = has_value && finished < current->on_error_until;
-      // A failed refresh never takes away the value it was refreshing.
-      const bool keep_value =
-          fallback || (has_value && kind == LoadKind::kRefresh);
-      const bool remember =
-          own && loader_ran && options_.error_ttl > absl::ZeroDuration();
-      if (remember) {
-        // Negative caching: no loader call for this key until error_until.
-        auto* n = new Node(hash, key);
-        if (keep_value) {
-          n->value = current->value;
-          n->quiet_until = current->quiet_until;
-          n->loaded_at = current->loaded_at;
-          n->expires_at = current->expires_at;
-          n->keep_until = current->keep_until;
-          n->on_error_until = current->on_error_until;
-          n->load_duration = current->load_duration;
-        } else {
-          n->loaded_at = finished;
-          n->expires_at = std::numeric_limits<int64_t>::min();
-          n->load_duration = finished - started;
-          n->keep_until = internal::AddSaturated(finished, options_.error_ttl);
-        }
-        n->error = outcome.value.status();
-        n->error_until = internal::AddSaturated(finished, options_.error_ttl);
-        evicted = Store(shard, current, n, finished, retire);
-      } else if (own && current != nullptr) {
-        // Eligible for the next refresh: never wedged by one failure.
-        current->refreshing.store(false, std::memory_order_relaxed);
-      }
-      if (fallback) outcome = {*current->value, true, current->loaded_at};
+  // From here the flight is done: even if it is still registered (storing
+  // threw before it was unregistered), nobody joins or waits for it again.
+  if (!publish) {
+    load.flight->Abandon();
+  } else {
+    try {
+      load.flight->Publish(outcome);
+    } catch (...) {
+      load.flight->Publish({absl::InternalError(
+          "paddock: copying the loaded value for its waiters failed")});
     }
   }
-  CountEvictions(evicted);
-  if (publish) flight->Publish(outcome);
   return outcome;
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> std::unique_ptr<typename Cache<K, V, P, H, E>::Node>
-Cache<K, V, P, H, E>::NewNode(const K& key, size_t hash, V value,
-                              int64_t load_duration, int64_t now) {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
+                                        bool loader_ran, int64_t started,
+                                        int64_t finished) {
+  Shard& shard = ShardFor(load.hash);
+  const K& key = load.key;
+  // Held from the lock-free look at the current entry to the locked check
+  // that it is still current, so that an address cannot be reused between.
+  internal::EpochGuard guard;
+  for (;;) {
+    Entry* current = shard.Find(load.hash, key, eq_);
+    // Everything that copies V or calls the policy happens before the lock.
+    std::unique_ptr<Entry> fresh;
+    std::optional<Outcome> fallback;
+    if (outcome.value.ok()) {
+      fresh = NewEntry(key, load.hash, *outcome.value, finished - started,
+                       finished);
+    } else {
+      const bool has_value = current != nullptr && current->value.has_value();
+      // Callers of this load get the stale value instead of the error.
+      const bool stand_in = has_value && finished < current->on_error_until;
+      // A failed refresh never takes away the value it was refreshing.
+      const bool keep_value =
+          stand_in || (has_value && load.kind == LoadKind::kRefresh);
+      if (loader_ran && options_.error_ttl > absl::ZeroDuration()) {
+        // Negative caching: no loader call for this key until error_until.
+        fresh = internal::MakeErrorEntry(load.hash, key, current, keep_value,
+                                         outcome.value.status(), started,
+                                         finished, options_.error_ttl);
+      }
+      if (stand_in) {
+        fallback = Outcome{*current->value, true, current->loaded_at};
+      }
+    }
+    size_t evicted = 0;
+    bool joined;
+    {
+      Writer w(shard);
+      if (shard.Find(load.hash, key, eq_) != current) continue;  // Look again.
+      // Store only if no Put, Invalidate or newer load superseded this one.
+      // An uncoalesced load leaves the registration to the loads still
+      // sharing it.
+      const bool last =
+          !P::kCoalesceLoads ? load.flight->RemoveRunner() == 0 : true;
+      const bool own =
+          shard.IsRegistered(w, key, load.hash, load.flight.get(), last);
+      // Final: the flight can no longer be found, or is about to be done.
+      joined = load.flight->joined() > 0;
+      if (own && fresh != nullptr) {
+        evicted = shard.Store(w, current, std::move(fresh), finished);
+      } else if (own && current != nullptr && !outcome.value.ok()) {
+        // Eligible for the next refresh: never wedged by one failure.
+        current->refreshing.store(false, std::memory_order_relaxed);
+      }
+    }
+    recorder_.Evicted(evicted);
+    if (fallback.has_value()) outcome = *std::move(fallback);
+    return joined;
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::unique_ptr<typename Cache<K, V, P, H, E>::Entry>
+Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
+                               int64_t load_duration, int64_t now) {
   const Lifetime life =
       policy_.OnStore(options_.ttl, absl::Nanoseconds(load_duration), rng_);
-  auto n = std::make_unique<Node>(hash, key);
+  auto n = std::make_unique<Entry>(hash, key);
   n->value.emplace(std::move(value));
   n->loaded_at = now;
   n->load_duration = load_duration;
@@ -858,60 +807,71 @@ Cache<K, V, P, H, E>::NewNode(const K& key, size_t hash, V value,
   return n;
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
-int Cache<K, V, P, H, E>::Store(Shard& shard, Node* previous, Node* n,
-                                int64_t now, DeferredRetire& retire) {
-  if (previous != nullptr) {
-    shard.table.Replace(previous, n);
-    shard.sieve.Replace(previous, n);
-    shard.expiry.Replace(previous, n);
-    retire.Add(previous);
-    return 0;
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
+                                          size_t hash, const Entry* n,
+                                          std::optional<RefreshTask>& task) {
+  // Built before the lock (it copies the key); inert until given a flight.
+  task.emplace(this, key, hash);
+  bool skipped = false;
+  {
+    Writer w(shard);
+    // `n` cannot have been freed (the caller's guard), so an equal address
+    // is the same entry.
+    if (shard.Find(hash, key, eq_) != n) return task.reset();
+    const int64_t now = NowNanos();
+    // One load per key; the one in flight replaces `n` when it stores.
+    if (shard.LiveFlight(key, hash, now, max_load_age_) != nullptr) {
+      return task.reset();
+    }
+    const internal::LoadSlots::Ticket slot = slots_.TryAcquire(now);
+    if (slot == 0) {
+      const_cast<Entry*>(n)->refreshing.store(false, std::memory_order_relaxed);
+      skipped = true;
+    } else {
+      absl::Cleanup release_slot = [&] { slots_.Release(slot); };
+      auto flight = std::make_shared<Flight>(now, Flight::State::kQueued, slot);
+      shard.Register(w, key, hash, flight);
+      std::move(release_slot).Cancel();  // The flight holds it now.
+      task->Attach(std::move(flight));
+    }
   }
-  int evicted = 0;
-  while (shard.table.size() >= shard.capacity) {
-    Node* victim = shard.expiry.Top();
-    if (victim == nullptr) break;
-    if (victim->expires_at > now) victim = shard.sieve.Victim();
-    Unlink(shard, victim, retire);
-    ++evicted;
+  if (skipped) {
+    task.reset();
+    recorder_.RefreshSkipped();
+    return;
   }
-  shard.table.Insert(n);
-  shard.sieve.Push(n);
-  shard.expiry.Push(n);
-  shard.size.store(shard.table.size(), std::memory_order_relaxed);
-  return evicted;
+  recorder_.RefreshStarted();
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
-void Cache<K, V, P, H, E>::CountEvictions(int evicted) {
-  if (evicted == 0) return;
-  cold_.evictions.fetch_add(evicted, std::memory_order_relaxed);
-  if (options_.listener != nullptr) {
-    for (int i = 0; i < evicted; ++i) options_.listener->OnEviction();
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::Schedule(RefreshTask task) noexcept {
+  try {
+    // Outside every lock and guard: an executor may run the task inline.
+    executor()->Schedule(std::move(task));
+  } catch (...) {
+    // The executor could not be made or refused the task, which it then
+    // destroyed unrun (or `task` is destroyed here): either way the refresh
+    // ends with Cancelled and the caller keeps the value it was served.
   }
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
-void Cache<K, V, P, H, E>::Unlink(Shard& shard, Node* n,
-                                  DeferredRetire& retire) {
-  shard.table.Erase(n);
-  shard.sieve.Remove(n);
-  shard.expiry.Remove(n);
-  shard.size.store(shard.table.size(), std::memory_order_relaxed);
-  retire.Add(n);
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Executor* Cache<K, V, P, H, E>::executor() {
+  if (options_.executor != nullptr) return options_.executor;
+  std::call_once(pool_once_, [&] {
+    const int threads = static_cast<int>(
+        std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
+    pool_ = std::make_unique<ThreadPool>(threads);
+  });
+  return pool_.get();
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(
-    const K& key)
-const {
-  const size_t hash = hash_(key);
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(const K& key) const {
+  const size_t hash = HashOf(key);
   internal::EpochGuard guard;
-  Node* n = FindIn(ShardFor(hash), hash, key);
+  const Entry* n = ShardFor(hash).Find(hash, key, eq_);
   if (n == nullptr || !n->value.has_value()) return std::nullopt;
   const int64_t now = NowNanos();
   if (now < n->keep_until &&
@@ -925,108 +885,73 @@ const {
   return std::nullopt;
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::Put(const K& key, V value) {
-  const size_t hash = hash_(key);
+  const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
-  // The node is built before the lock. It inherits the last load's duration
+  // The entry is built before the lock. It inherits the last load's duration
   // (XFetch's Δ), read without the lock: a load finishing meanwhile only
   // makes that estimate one load older.
   int64_t load_duration = 0;
   {
     internal::EpochGuard guard;
-    if (const Node* n = FindIn(shard, hash, key); n != nullptr) {
+    if (const Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
       load_duration = n->load_duration;
     }
   }
   const int64_t now = NowNanos();
-  std::unique_ptr<Node> fresh =
-      NewNode(key, hash, std::move(value), load_duration, now);
-  int evicted;
+  std::unique_ptr<Entry> fresh =
+      NewEntry(key, hash, std::move(value), load_duration, now);
+  size_t evicted;
   {
-    DeferredRetire retire;
-    std::lock_guard<std::mutex> lock(shard.mu);
-    shard.in_flight.erase(key);  // Its result must not overwrite this value.
-    ++shard.writes;
-    Node* current = FindIn(shard, hash, key);
-    evicted = Store(shard, current, fresh.release(), now, retire);
+    Writer w(shard);
+    shard.DropFlight(w, key,
+                     hash);  // Its result must not overwrite this value.
+    Entry* current = shard.Find(hash, key, eq_);
+    evicted = shard.Store(w, current, std::move(fresh), now);
   }
-  CountEvictions(evicted);
+  recorder_.Evicted(evicted);
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::Invalidate(const K& key) {
-  const size_t hash = hash_(key);
+  const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
-  DeferredRetire retire;
-  std::lock_guard<std::mutex> lock(shard.mu);
-  shard.in_flight.erase(key);
-  ++shard.writes;
-  if (Node* n = FindIn(shard, hash, key); n != nullptr) {
-    Unlink(shard, n, retire);
-  }
+  Writer w(shard);
+  shard.DropFlight(w, key, hash);
+  if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) shard.Unlink(w, n);
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P>
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::InvalidateAll() {
   for (size_t i = 0; i < shard_count_; ++i) {
     Shard& shard = shards_[i];
-    DeferredRetire retire;
-    std::lock_guard<std::mutex> lock(shard.mu);
-    shard.in_flight.clear();
-    ++shard.writes;
-    std::vector<Node*> nodes;
-    shard.table.ForEach([&](Node* n) { nodes.push_back(n); });
-    for (Node* n : nodes) Unlink(shard, n, retire);
+    Writer w(shard);
+    shard.DropAllFlights(w);
+    shard.UnlinkAll(w);
   }
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> size_t Cache<K, V, P, H, E>::size()
-const {
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+size_t Cache<K, V, P, H, E>::size() const {
   size_t total = 0;
-  for (size_t i = 0; i < shard_count_; ++i) {
-    total += shards_[i].size.load(std::memory_order_relaxed);
-  }
+  for (size_t i = 0; i < shard_count_; ++i) total += shards_[i].size();
   return total;
 }
 
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> size_t Cache<K, V, P, H, E>::loads_in_flight()
-const {
-  size_t total = 0;
-  for (size_t i = 0; i < shard_count_; ++i) {
-    std::lock_guard<std::mutex> lock(shards_[i].mu);
-    total += shards_[i].in_flight.size();
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+size_t Cache<K, V, P, H, E>::loads_in_flight() const {
+  if constexpr (!P::kCoalesceLoads) {
+    return 0;  // Uncoalesced loads register only to see writes.
+  } else {
+    size_t total = 0;
+    for (size_t i = 0; i < shard_count_; ++i) {
+      Shard& shard = shards_[i];
+      Writer w(shard);
+      total += shard.live_flights();
+    }
+    return total;
   }
-  return total;
-}
-
-template <typename K, typename V, typename P, typename H, typename E>
-requires RefreshPolicy<P> Stats Cache<K, V, P, H, E>::stats()
-const {
-  auto get = [](const std::atomic<uint64_t>& c) {
-    return c.load(std::memory_order_relaxed);
-  };
-  Stats s;
-  s.hits = hot_.Sum(kHits);
-  s.stale_hits = hot_.Sum(kStaleHits);
-  s.misses = get(cold_.misses);
-  s.loads = get(cold_.loads);
-  s.load_failures = get(cold_.load_failures);
-  s.coalesced_waits = get(cold_.coalesced_waits);
-  s.refreshes = get(cold_.refreshes);
-  s.wait_timeouts = get(cold_.wait_timeouts);
-  s.evictions = get(cold_.evictions);
-  s.negative_hits = get(cold_.negative_hits);
-  s.stale_fallbacks = get(cold_.stale_fallbacks);
-  s.refreshes_skipped = get(cold_.refreshes_skipped);
-  s.total_load_time =
-      absl::Nanoseconds(cold_.load_nanos.load(std::memory_order_relaxed));
-  return s;
 }
 
 }  // namespace paddock

@@ -25,7 +25,7 @@ class Clock {
 
   // Clock::Now()
   //
-  // Returns the current time. Never blocks. Thread-safe.
+  // Returns the current time. Never blocks, must not throw. Thread-safe.
   virtual absl::Time Now() const = 0;
 };
 
@@ -59,7 +59,10 @@ class SystemClock final : public Clock {
   // last published by a background ticker thread (every 1 ms) or by any
   // `Now()` call, whichever is newer: never ahead of `Now()`, and behind it by
   // about a millisecond when the ticker is scheduled on time. The first call in
-  // a process starts the ticker. Never blocks. Thread-safe.
+  // a process (and in a child after `fork()`) starts the ticker; while no
+  // ticker can be started (no thread available), it returns the precise time
+  // and tries again about once a second. Never blocks, never throws.
+  // Thread-safe.
   static int64_t CoarseNowNanos() {
     int64_t now = coarse_nanos_.load(std::memory_order_relaxed);
     if (now == 0) [[unlikely]] {
@@ -71,6 +74,7 @@ class SystemClock final : public Clock {
  private:
   SystemClock() = default;
   static int64_t StartTicker();
+  static void ForgetTickerAfterFork();
 
   static std::atomic<int64_t> coarse_nanos_;
 };

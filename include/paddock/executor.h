@@ -42,7 +42,9 @@ class Executor {
 // A fixed number of threads sharing one FIFO queue.
 class ThreadPool final : public Executor {
  public:
-  // Starts `threads` threads. Throws `std::invalid_argument` if `threads < 1`.
+  // Starts `threads` threads. Throws `std::invalid_argument` if `threads < 1`,
+  // and `std::system_error` if a thread cannot be started (the threads
+  // started before it are stopped and joined first).
   explicit ThreadPool(int threads);
 
   // Runs every task still queued, then joins the threads. Blocks until the
@@ -67,6 +69,7 @@ class ThreadPool final : public Executor {
 
  private:
   void Work();
+  void StopAndJoin();
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -11,7 +11,6 @@
 #define PADDOCK_POLICY_H_
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -19,51 +18,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "paddock/internal/per_thread_counters.h"
+#include "paddock/random.h"
 
 namespace paddock {
-
-// Random
-//
-// The cache's source of randomness, seeded from `Options::seed`. Each thread
-// draws from a stream of its own (SplitMix64 over the seed and the thread's
-// dense index), so concurrent draws share no written memory. Thread-safe;
-// single-threaded, a seed gives one sequence.
-class Random {
- public:
-  explicit Random(uint64_t seed) : seed_(seed) {}
-
-  // Returns 64 uniformly distributed bits.
-  uint64_t Next() {
-    const internal::ThreadRecord* record = internal::CurrentThreadRecord();
-    const uint64_t n = draws_.Increment(record, 0);
-    return Mix(Mix(seed_ ^ (uint64_t{record->index} * kStreamStep)) +
-               kGolden * n);
-  }
-
-  // Returns a double uniformly distributed in (0, 1].
-  double UniformOpenClosed() {
-    return static_cast<double>((Next() >> 11) + 1) * 0x1.0p-53;
-  }
-
-  // Returns the number of draws so far, over all threads (for tests of "no
-  // draw happened").
-  uint64_t draws() const { return draws_.Sum(0); }
-
- private:
-  static constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-  static constexpr uint64_t kStreamStep = 0xd1b54a32d192ed03ULL;
-
-  // The SplitMix64 finaliser (Steele, Lea, Flood 2014).
-  static uint64_t Mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-
-  const uint64_t seed_;
-  internal::PerThreadCounters<1> draws_;
-};
 
 // What the cache knows about a stored value when it asks a policy.
 struct EntryState {
@@ -137,7 +94,10 @@ struct NaiveJitter {
         jitter == 0 ? 1.0
                     : 1.0 - jitter + 2.0 * jitter * (rng.UniformOpenClosed());
     const absl::Duration life = ttl * factor;
-    return {life, life, life, life};
+    return {.expires_after = life,
+            .quiet_for = life,
+            .keep_for = life,
+            .serve_on_error_for = life};
   }
   Decision Decide(const EntryState& s, absl::Time now, Random&) const {
     return now < s.expires_at ? Decision::kServe : Decision::kLoad;
@@ -161,7 +121,10 @@ struct SingleFlight {
   static constexpr bool kCoalesceLoads = true;
 
   Lifetime OnStore(absl::Duration ttl, absl::Duration, Random&) const {
-    return {ttl, ttl, 2 * ttl, ttl};
+    return {.expires_after = ttl,
+            .quiet_for = ttl,
+            .keep_for = 2 * ttl,
+            .serve_on_error_for = ttl};
   }
   Decision Decide(const EntryState& s, absl::Time now, Random&) const {
     return now < s.expires_at ? Decision::kServe : Decision::kLoad;
@@ -190,7 +153,10 @@ struct XFetch {
                    Random&) const {
     absl::Duration quiet = ttl - load_duration * (beta * kCap);
     if (quiet < absl::ZeroDuration()) quiet = absl::ZeroDuration();
-    return {ttl, quiet, 2 * ttl, ttl};
+    return {.expires_after = ttl,
+            .quiet_for = quiet,
+            .keep_for = 2 * ttl,
+            .serve_on_error_for = ttl};
   }
   Decision Decide(const EntryState& s, absl::Time now, Random& rng) const {
     const absl::Duration left = s.expires_at - now;
@@ -229,8 +195,10 @@ struct SoftTtl {
   static constexpr bool kCoalesceLoads = true;
 
   Lifetime OnStore(absl::Duration ttl, absl::Duration, Random&) const {
-    return {ttl, ttl, ttl + std::max(stale_for, stale_if_error),
-            ttl + stale_if_error};
+    return {.expires_after = ttl,
+            .quiet_for = ttl,
+            .keep_for = ttl + std::max(stale_for, stale_if_error),
+            .serve_on_error_for = ttl + stale_if_error};
   }
   Decision Decide(const EntryState& s, absl::Time now, Random&) const {
     if (now < s.expires_at) return Decision::kServe;

@@ -55,9 +55,14 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord* CurrentThreadRecord() {
 // The current global epoch. Advanced by `Retire()`.
 extern std::atomic<uint64_t> global_epoch;
 
-// Whether readers announce with a plain store (see the file comment). Set
-// once, during static initialisation, if membarrier could be registered.
+// Whether readers announce with a plain store (see the file comment). Decided
+// once, before the first thread record is handed out, by whether membarrier
+// could be registered; cleared for good if a membarrier call fails later.
 extern std::atomic<bool> asymmetric_fence;
+
+// Makes the next membarrier call of the reclaimer fail, as a seccomp filter
+// installed after start-up would. For tests.
+void SimulateMembarrierFailureForTest();
 
 #if defined(__SANITIZE_THREAD__)
 inline constexpr bool kAsymmetricFenceAllowed = false;
@@ -89,6 +94,12 @@ class EpochGuard {
         std::atomic_signal_fence(std::memory_order_seq_cst);
       } else {
         record_->state.exchange(announce, std::memory_order_seq_cst);
+        // By the C++ rules a seq_cst RMW does not order the plain (acquire)
+        // loads after it before its store: on POWER, or ARM with RCpc
+        // loads, a reader could read a slot before its announcement is
+        // visible to the reclaimer's scan. The fence pairs with the
+        // reclaimer's seq_cst fence (the store-buffering pattern).
+        std::atomic_thread_fence(std::memory_order_seq_cst);
       }
     }
   }

@@ -1,15 +1,18 @@
 // File: paddock/internal/expiry_heap.h
 // -----------------------------------------------------------------------------
-// `ExpiryHeap<Node>`: an indexed binary min-heap of nodes by `expires_at`, so
-// eviction can take an expired entry first in O(log n).
+// `ExpiryHeap<Node>`: an indexed binary min-heap of nodes by `keep_until`,
+// the time after which the policy never serves a node, so eviction can take a
+// node nobody will be served first, in O(log n). (A node past its ttl but
+// still served stale is live: evicting it would make its next caller wait.)
 //
-// Intrusive: `Node` has `int64_t expires_at` and an unsigned `heap_index`
+// Intrusive: `Node` has `int64_t keep_until` and an unsigned `heap_index`
 // (a `uint32_t` is enough for 4 billion entries and keeps nodes small). Not
 // thread-safe: the shard's mutex guards it.
 
 #ifndef PADDOCK_INTERNAL_EXPIRY_HEAP_H_
 #define PADDOCK_INTERNAL_EXPIRY_HEAP_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -21,6 +24,15 @@ class ExpiryHeap {
   using Index = decltype(Node::heap_index);
 
  public:
+  // Makes room for one more node, so that the next Push cannot fail. May
+  // throw std::bad_alloc, leaving the heap unchanged.
+  void ReserveOne() {
+    if (heap_.size() == heap_.capacity()) {
+      heap_.reserve(std::max<size_t>(16, 2 * heap_.capacity()));
+    }
+  }
+
+  // Adds `n`. May throw std::bad_alloc unless ReserveOne() came first.
   void Push(Node* n) {
     n->heap_index = static_cast<Index>(heap_.size());
     heap_.push_back(n);
@@ -39,7 +51,7 @@ class ExpiryHeap {
     Place(old->heap_index, replacement);
   }
 
-  // The node expiring first, or nullptr if empty.
+  // The node whose `keep_until` comes first, or nullptr if empty.
   Node* Top() const { return heap_.empty() ? nullptr : heap_.front(); }
 
   void Clear() { heap_.clear(); }
@@ -62,7 +74,7 @@ class ExpiryHeap {
   void SiftUp(size_t i) {
     while (i > 0) {
       const size_t parent = (i - 1) / 2;
-      if (heap_[parent]->expires_at <= heap_[i]->expires_at) return;
+      if (heap_[parent]->keep_until <= heap_[i]->keep_until) return;
       Swap(i, parent);
       i = parent;
     }
@@ -72,7 +84,7 @@ class ExpiryHeap {
     for (;;) {
       size_t least = i;
       for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
-        if (heap_[c]->expires_at < heap_[least]->expires_at) least = c;
+        if (heap_[c]->keep_until < heap_[least]->keep_until) least = c;
       }
       if (least == i) return;
       Swap(i, least);

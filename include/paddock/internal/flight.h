@@ -1,14 +1,18 @@
 // File: paddock/internal/flight.h
 // -----------------------------------------------------------------------------
-// `Flight<T>`: the rendezvous of one coalesced load. The leader publishes its
-// outcome once; callers that joined the load block until it does or their
-// timeout passes.
+// `Flight<T>`: the rendezvous of one load of one key. Whoever runs the load
+// publishes its outcome once; callers that joined block until it does or
+// their timeout passes.
 //
-// It replaces std::promise + std::shared_future, which cost two extra heap
-// allocations, a std::call_once and a futex wake on every load. Here a flight
-// is one allocation (with its std::shared_ptr control block), and the owner
-// counts who joined: a load nobody joined, the common miss, need not publish
-// at all.
+// A flight is queued (a background refresh scheduled on an executor, not yet
+// started), running, or done. Whoever claims a queued flight runs it: the
+// executor's task, or a caller that needs the value now, so that no caller
+// ever waits for a task queued behind its own on the same executor. A done
+// flight is never joined again, so a flight left registered by an exception
+// cannot wedge its key.
+//
+// One allocation (with its std::shared_ptr control block); the owner counts
+// who joined, so a load nobody joined, the common miss, publishes nothing.
 
 #ifndef PADDOCK_INTERNAL_FLIGHT_H_
 #define PADDOCK_INTERNAL_FLIGHT_H_
@@ -21,6 +25,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "paddock/internal/load_slots.h"
 #include "paddock/internal/time_math.h"
 
 namespace paddock::internal {
@@ -28,12 +33,32 @@ namespace paddock::internal {
 template <typename T>
 class Flight {
  public:
-  // `started_at`: when the load began, on the cache's clock.
-  explicit Flight(int64_t started_at) : started_at_(started_at) {}
+  enum class State : uint8_t { kQueued, kRunning, kDone };
+
+  // `started_at`: when the flight was registered, on the cache's clock.
+  // `slot`: the load slot it already holds (a refresh takes one when it is
+  // scheduled), or 0.
+  explicit Flight(int64_t started_at, State state = State::kRunning,
+                  LoadSlots::Ticket slot = 0)
+      : started_at_(started_at), slot_(slot), state_(state) {}
   Flight(const Flight&) = delete;
   Flight& operator=(const Flight&) = delete;
 
   int64_t started_at() const { return started_at_; }
+  LoadSlots::Ticket slot() const { return slot_; }
+
+  // Takes a queued flight to run it. True for exactly one caller.
+  bool TryClaim() {
+    State expected = State::kQueued;
+    return state_.compare_exchange_strong(expected, State::kRunning,
+                                          std::memory_order_acq_rel);
+  }
+  bool queued() const {
+    return state_.load(std::memory_order_acquire) == State::kQueued;
+  }
+  bool done() const {
+    return state_.load(std::memory_order_acquire) == State::kDone;
+  }
 
   // Counts one more caller that will wait. The owner calls this and
   // `joined()` under the lock that guards where the flight can be found, so
@@ -41,15 +66,27 @@ class Flight {
   void Join() { joined_.fetch_add(1, std::memory_order_relaxed); }
   int joined() const { return joined_.load(std::memory_order_relaxed); }
 
-  // Stores the outcome and wakes every waiter. Call at most once. Never
-  // blocks beyond a short internal lock. Thread-safe.
+  // Uncoalesced loads of one key share a flight only to learn whether a
+  // write superseded them; these count them, under the same lock.
+  void AddRunner() { runners_.fetch_add(1, std::memory_order_relaxed); }
+  // Returns how many runners remain.
+  int RemoveRunner() {
+    return runners_.fetch_sub(1, std::memory_order_relaxed) - 1;
+  }
+
+  // Stores the outcome, marks the flight done and wakes every waiter. Call at
+  // most once. Never blocks beyond a short internal lock. Thread-safe.
   void Publish(T outcome) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       outcome_.emplace(std::move(outcome));
+      state_.store(State::kDone, std::memory_order_release);
     }
     cv_.notify_all();
   }
+
+  // Marks the flight done without an outcome: for a load nobody joined.
+  void Abandon() { state_.store(State::kDone, std::memory_order_release); }
 
   // Blocks until the outcome is published or `timeout` (real time) passes;
   // a timeout of a century or more waits without limit. Returns the
@@ -70,7 +107,10 @@ class Flight {
 
  private:
   const int64_t started_at_;
+  const LoadSlots::Ticket slot_;
+  std::atomic<State> state_;
   std::atomic<int> joined_{0};
+  std::atomic<int> runners_{1};
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<T> outcome_;  // Guarded by mu_ until published.

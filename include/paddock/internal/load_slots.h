@@ -3,17 +3,23 @@
 // `LoadSlots`: a counting semaphore bounding the loader calls a cache runs at
 // once (`Options::max_concurrent_loads`). A limit of 0 means unlimited and
 // costs nothing. A holder older than the maximum load age no longer counts
-// against the limit, so one hung loader cannot starve every other key.
+// against the limit, so one hung loader cannot starve every other key: a
+// waiter is woken when a slot is released and also looks again when the
+// oldest holder reaches that age.
 
 #ifndef PADDOCK_INTERNAL_LOAD_SLOTS_H_
 #define PADDOCK_INTERNAL_LOAD_SLOTS_H_
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
+#include <limits>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "paddock/internal/mutex.h"
 #include "paddock/internal/time_math.h"
 
 namespace paddock::internal {
@@ -30,7 +36,7 @@ class LoadSlots {
   // blocks. Thread-safe.
   Ticket TryAcquire(int64_t now) {
     if (limit_ == 0) return kUnlimited;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return TakeLocked(now);
   }
 
@@ -39,15 +45,32 @@ class LoadSlots {
   template <typename NowFn>
   Ticket AcquireFor(absl::Duration timeout, const NowFn& now) {
     if (limit_ == 0) return kUnlimited;
-    std::unique_lock<std::mutex> lock(mu_);
-    Ticket ticket = 0;
-    auto taken = [&] { return (ticket = TakeLocked(now())) != 0; };
-    if (IsForever(timeout)) {
-      cv_.wait(lock, taken);
-    } else {
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), taken);
+    using SteadyClock = std::chrono::steady_clock;
+    const bool forever = IsForever(timeout);
+    const SteadyClock::time_point deadline =
+        forever ? SteadyClock::time_point::max()
+                : SteadyClock::now() + absl::ToChronoNanoseconds(timeout);
+    MutexLock lock(&mu_);
+    for (;;) {
+      const int64_t cache_now = now();
+      if (const Ticket ticket = TakeLocked(cache_now); ticket != 0) {
+        return ticket;
+      }
+      const SteadyClock::time_point steady_now = SteadyClock::now();
+      if (steady_now >= deadline) return 0;
+      // Look again when the oldest holder ages out. The cache clock need not
+      // run in real time (a ManualClock), so never sleep past kRecheck.
+      const int64_t age = cache_now - OldestLocked();
+      const int64_t until_age_out =
+          std::clamp<int64_t>(age < 0 ? max_age_ : max_age_ - age, 0,
+                              std::chrono::nanoseconds(kRecheck).count());
+      const SteadyClock::time_point wake = std::min(
+          deadline, steady_now + std::chrono::nanoseconds(until_age_out + 1));
+      const uint64_t releases = releases_;
+      mu_.AwaitUntil(cv_, wake, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return releases_ != releases;
+      });
     }
-    return ticket;
   }
 
   // Returns a slot. A slot taken away from a too-old holder is not returned
@@ -55,16 +78,26 @@ class LoadSlots {
   void Release(Ticket ticket) {
     if (limit_ == 0 || ticket == 0) return;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (holders_.erase(ticket) == 0) return;
+      ++releases_;
     }
     cv_.notify_one();
   }
 
  private:
   static constexpr Ticket kUnlimited = 1;
+  static constexpr std::chrono::milliseconds kRecheck{100};
 
-  Ticket TakeLocked(int64_t now) {
+  // When the oldest holder took its slot; requires a full set of holders.
+  int64_t OldestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t oldest = std::numeric_limits<int64_t>::max();
+    for (const auto& [ticket, since] : holders_)
+      oldest = std::min(oldest, since);
+    return oldest;
+  }
+
+  Ticket TakeLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (holders_.size() >= static_cast<size_t>(limit_)) {
       auto oldest = holders_.begin();
       for (auto it = holders_.begin(); it != holders_.end(); ++it) {
@@ -80,10 +113,11 @@ class LoadSlots {
 
   const int limit_;
   const int64_t max_age_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  absl::flat_hash_map<Ticket, int64_t> holders_;  // Guarded by mu_.
-  Ticket next_ticket_ = 1;                        // Guarded by mu_.
+  absl::flat_hash_map<Ticket, int64_t> holders_ ABSL_GUARDED_BY(mu_);
+  Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t releases_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace paddock::internal

@@ -3,7 +3,9 @@
 // `NodeTable<Node>`: an open-addressing hash table of pointers to immutable
 // nodes. Readers probe it without a lock inside an `EpochGuard`; one writer at
 // a time (the shard's mutex) inserts, replaces and erases. Growth and
-// tombstone cleanup build a new slot array, publish it and retire the old one.
+// tombstone cleanup build a new slot array, publish it and hand the old one to
+// the writer's `RetireList`, which retires it once the writer's lock is
+// released.
 
 #ifndef PADDOCK_INTERNAL_NODE_TABLE_H_
 #define PADDOCK_INTERNAL_NODE_TABLE_H_
@@ -17,6 +19,7 @@
 
 #include "absl/base/attributes.h"
 #include "paddock/internal/epoch.h"
+#include "paddock/internal/retire_list.h"
 
 namespace paddock::internal {
 
@@ -44,9 +47,39 @@ class NodeTable {
 
   // The writer's operations; the caller serialises them.
 
-  // Adds `n`, whose key is not present.
-  void Insert(Node* n) {
-    Reserve(live_ + 1);
+  // Makes room for `live` nodes, so that Insert up to that many cannot fail.
+  // May throw std::bad_alloc, leaving the table unchanged; an old slot array
+  // goes to `retired`.
+  void Reserve(size_t live, RetireList<Node>& retired) {
+    const Slots* old = slots_.load(std::memory_order_relaxed);
+    if ((live + tombstones_) * 2 <= old->mask + 1) return;
+    const size_t capacity = std::max(kMinCapacity, std::bit_ceil(live * 4));
+    auto* fresh = new Slots(capacity);
+    for (size_t i = 0; i <= old->mask; ++i) {
+      Node* n = old->slot[i].load(std::memory_order_relaxed);
+      if (n == nullptr || n == Tombstone()) continue;
+      size_t j = n->hash & fresh->mask;
+      while (fresh->slot[j].load(std::memory_order_relaxed) != nullptr) {
+        j = (j + 1) & fresh->mask;
+      }
+      fresh->slot[j].store(n, std::memory_order_relaxed);
+    }
+    tombstones_ = 0;
+    slots_.store(fresh, std::memory_order_release);
+    retired.AddObject(const_cast<Slots*>(old),
+                      [](void* p) { delete static_cast<Slots*>(p); });
+  }
+
+  // Adds `n`, whose key is not present. May throw std::bad_alloc (growing),
+  // leaving the table unchanged.
+  void Insert(Node* n, RetireList<Node>& retired) {
+    Reserve(live_ + 1, retired);
+    InsertReserved(n);
+  }
+
+  // Adds `n`, whose key is not present, into room made by Reserve. Never
+  // throws.
+  void InsertReserved(Node* n) {
     Slots* s = slots_.load(std::memory_order_relaxed);
     for (size_t i = n->hash & s->mask;; i = (i + 1) & s->mask) {
       Node* cur = s->slot[i].load(std::memory_order_relaxed);
@@ -91,6 +124,8 @@ class NodeTable {
 
  private:
   static constexpr size_t kMinCapacity = 8;
+  // Live nodes and tombstones take at most half of the slots, so probes stay
+  // short and every probe sequence meets an empty slot.
 
   struct Slots {
     explicit Slots(size_t capacity)
@@ -115,27 +150,6 @@ class NodeTable {
       i = (i + 1) & s->mask;
     }
     return s->slot[i];
-  }
-
-  // Keeps live nodes and tombstones at most half of the slots, so probes stay
-  // short and every probe sequence meets an empty slot.
-  void Reserve(size_t live) {
-    const Slots* old = slots_.load(std::memory_order_relaxed);
-    if ((live + tombstones_) * 2 <= old->mask + 1) return;
-    const size_t capacity = std::max(kMinCapacity, std::bit_ceil(live * 4));
-    auto* fresh = new Slots(capacity);
-    for (size_t i = 0; i <= old->mask; ++i) {
-      Node* n = old->slot[i].load(std::memory_order_relaxed);
-      if (n == nullptr || n == Tombstone()) continue;
-      size_t j = n->hash & fresh->mask;
-      while (fresh->slot[j].load(std::memory_order_relaxed) != nullptr) {
-        j = (j + 1) & fresh->mask;
-      }
-      fresh->slot[j].store(n, std::memory_order_relaxed);
-    }
-    tombstones_ = 0;
-    slots_.store(fresh, std::memory_order_release);
-    RetireObject(const_cast<Slots*>(old));
   }
 
   std::atomic<Slots*> slots_;

@@ -1,0 +1,91 @@
+// File: paddock/internal/entry.h
+// -----------------------------------------------------------------------------
+// `Entry<K, V>`: what a cache stores for one key, a value or a remembered
+// error, with the timestamps its policy fixed when it was stored. Immutable
+// once published: a write replaces the entry (readers hold no lock), except
+// for the two one-way flags lookups set and the links the shard's mutex
+// guards.
+//
+// Timestamps are nanoseconds on the cache's clock (`Options::clock`).
+
+#ifndef PADDOCK_INTERNAL_ENTRY_H_
+#define PADDOCK_INTERNAL_ENTRY_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "paddock/internal/time_math.h"
+
+namespace paddock::internal {
+
+template <typename K, typename V>
+struct Entry {
+  Entry(size_t hash, const K& key) : hash(hash), key(key) {}
+
+  // Read by lookups without a lock; never changes after publication.
+  const size_t hash;
+  // Until then a hit serves the value without asking the policy.
+  int64_t quiet_until = std::numeric_limits<int64_t>::min();
+  const K key;
+  std::optional<V> value;  // Empty in a remembered error.
+  absl::Status error;      // Non-OK while `error_until` is ahead.
+  int64_t loaded_at = 0;
+  int64_t expires_at = 0;      // Fresh until then.
+  int64_t keep_until = 0;      // Never served after; evicted first after.
+  int64_t on_error_until = 0;  // Stands in for a failed load until then.
+  int64_t error_until = std::numeric_limits<int64_t>::min();
+  int64_t load_duration = 0;
+
+  // Written by lookups, one-way and only when it changes.
+  std::atomic<bool> visited{false};     // SIEVE's bit.
+  std::atomic<bool> refreshing{false};  // A refresh was asked for.
+
+  // Guarded by the shard's mutex. `heap_index` shares a word with the flags
+  // above, which keeps an entry of uint64_t key and value in a 128-byte
+  // malloc chunk rather than a 144-byte one.
+  uint32_t heap_index = 0;
+  Entry* older = nullptr;
+  Entry* newer = nullptr;
+};
+
+// The entry that remembers a failed load of `key` for `error_ttl`, made when
+// the load that started at `started` failed with `error` at `finished`. With
+// `keep_value`, it keeps `current`'s value and schedule beside the error, so
+// a value the policy still serves is not taken away. Copies the value: call
+// without a cache lock.
+template <typename K, typename V>
+std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
+                                            const Entry<K, V>* current,
+                                            bool keep_value, absl::Status error,
+                                            int64_t started, int64_t finished,
+                                            absl::Duration error_ttl) {
+  auto n = std::make_unique<Entry<K, V>>(hash, key);
+  if (keep_value) {
+    n->value = current->value;
+    n->quiet_until = current->quiet_until;
+    n->loaded_at = current->loaded_at;
+    n->expires_at = current->expires_at;
+    n->keep_until = current->keep_until;
+    n->on_error_until = current->on_error_until;
+    n->load_duration = current->load_duration;
+  } else {
+    n->loaded_at = finished;
+    n->expires_at = std::numeric_limits<int64_t>::min();
+    n->load_duration = finished - started;
+    n->keep_until = AddSaturated(finished, error_ttl);
+  }
+  n->error = std::move(error);
+  n->error_until = AddSaturated(finished, error_ttl);
+  return n;
+}
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_ENTRY_H_

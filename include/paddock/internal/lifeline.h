@@ -1,0 +1,64 @@
+// File: paddock/internal/lifeline.h
+// -----------------------------------------------------------------------------
+// `Lifeline`: how a cache's destructor and its background tasks meet. A task
+// holds a `Lifeline::Pass` while it runs; the destructor closes the lifeline
+// (no new pass is given) and waits until every pass is gone. A task that runs
+// after the cache is gone finds the lifeline closed and touches nothing of
+// the cache. Shared by the cache and its tasks (std::shared_ptr).
+
+#ifndef PADDOCK_INTERNAL_LIFELINE_H_
+#define PADDOCK_INTERNAL_LIFELINE_H_
+
+#include <condition_variable>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "paddock/internal/mutex.h"
+
+namespace paddock::internal {
+
+class Lifeline {
+ public:
+  // Proof that a task may use the cache until destroyed. Move-only; an
+  // empty pass (the lifeline was closed) grants nothing.
+  class Pass {
+   public:
+    Pass() = default;
+    Pass(Pass&& other) noexcept
+        : lifeline_(std::exchange(other.lifeline_, nullptr)) {}
+    Pass& operator=(Pass&&) = delete;
+    ~Pass() {
+      if (lifeline_ != nullptr) lifeline_->Exit();
+    }
+    explicit operator bool() const { return lifeline_ != nullptr; }
+
+   private:
+    friend class Lifeline;
+    explicit Pass(Lifeline* lifeline) : lifeline_(lifeline) {}
+    Lifeline* lifeline_ = nullptr;
+  };
+
+  Lifeline() = default;
+  Lifeline(const Lifeline&) = delete;
+  Lifeline& operator=(const Lifeline&) = delete;
+
+  // Returns a pass, or an empty one once Close has begun. Never blocks
+  // beyond a short lock. Thread-safe.
+  Pass Enter();
+
+  // Stops giving passes and blocks until every pass given is destroyed.
+  // Must not be called while the calling thread holds a pass.
+  void CloseAndWait();
+
+ private:
+  void Exit();
+
+  Mutex mu_;
+  std::condition_variable cv_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_LIFELINE_H_

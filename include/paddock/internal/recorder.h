@@ -1,0 +1,91 @@
+// File: paddock/internal/recorder.h
+// -----------------------------------------------------------------------------
+// `Recorder`: the one door every event of a cache goes through (Caffeine's
+// StatsCounter). It owns the counters and the listener, so the cache's code
+// says what happened (`recorder.StaleHit(age)`) and never checks for a
+// listener or pairs a counter with a callback.
+//
+// Hits and stale hits count on per-thread lines (a hit writes nothing shared);
+// everything else counts on shared atomics. Listener calls are made here
+// only, never under a cache lock (the callers guarantee it), and an exception
+// a listener throws is caught and dropped: monitoring must not break serving.
+
+#ifndef PADDOCK_INTERNAL_RECORDER_H_
+#define PADDOCK_INTERNAL_RECORDER_H_
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/base/attributes.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "paddock/internal/epoch.h"
+#include "paddock/internal/per_thread_counters.h"
+#include "paddock/internal/stats_fields.h"
+#include "paddock/listener.h"
+#include "paddock/stats.h"
+
+namespace paddock::internal {
+
+class Recorder {
+ public:
+  // `listener` may be null; it must outlive the recorder.
+  explicit Recorder(Listener* listener) : listener_(listener) {}
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // A fresh value served without waiting. The hit path: one plain store.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Hit(const ThreadRecord* record) {
+    hot_.Increment(record, kHotHits);
+  }
+  // A stale value served at once (a refresh runs or is due); `age` since its
+  // load.
+  void StaleHit(absl::Duration age);
+  // A negatively cached error served.
+  void NegativeHit() { Add(kNegativeHits); }
+  // A stale value served in place of an error or a timeout.
+  void StaleFallback(absl::Duration age);
+  // A caller found nothing servable.
+  void Miss() { Add(kMisses); }
+  void CoalescedWait();
+  void WaitTimeout();
+  void Evicted(size_t n);
+  void RefreshStarted() { Add(kRefreshes); }
+  void RefreshSkipped() { Add(kRefreshesSkipped); }
+  void LoadStarted(LoadKind kind);
+  void LoadFinished(LoadKind kind, absl::Duration duration,
+                    const absl::Status& status);
+
+  // The counters now; each field exact, fields not taken at one instant.
+  Stats Snapshot() const;
+
+ private:
+  enum HotCounter { kHotHits, kHotStaleHits, kHotCounters };
+
+  void Add(StatsCounter c, uint64_t n = 1) {
+    cold_[c].fetch_add(n, std::memory_order_relaxed);
+  }
+
+  // Calls `event(*listener_)` if a listener is set, dropping what it throws.
+  template <typename Event>
+  void Notify(const Event& event) const noexcept {
+    if (listener_ == nullptr) return;
+    try {
+      event(*listener_);
+    } catch (...) {
+      // A listener is monitoring: its failure must not fail a lookup.
+    }
+  }
+
+  Listener* const listener_;
+  // The hot counters' per-thread lines are written by their own threads.
+  mutable PerThreadCounters<kHotCounters> hot_;
+  std::array<std::atomic<uint64_t>, kStatsCounters> cold_{};
+  std::atomic<int64_t> load_nanos_{0};
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_RECORDER_H_

@@ -1,0 +1,276 @@
+// File: paddock/internal/shard.h
+// -----------------------------------------------------------------------------
+// `Shard`: one independently locked part of a cache. Readers find entries in
+// its lock-free table without a lock; writers hold its mutex through a
+// `Shard::Writer` to store and unlink entries, to keep the eviction order and
+// to register the loads in flight.
+//
+// Eviction order: when full, an entry past its `keep_until` (never served
+// again) goes first, the one with the earliest `keep_until`; otherwise SIEVE
+// picks the victim (an entry served stale is live, like a fresh one).
+//
+// Nothing a writer removes is destroyed under the mutex: the `Writer` retires
+// unlinked entries and destroys dropped flight registrations (their keys and
+// outcomes) after it releases the lock, so no destructor of K or V ever runs
+// under it.
+
+#ifndef PADDOCK_INTERNAL_SHARD_H_
+#define PADDOCK_INTERNAL_SHARD_H_
+
+#include <atomic>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/attributes.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "paddock/internal/entry.h"
+#include "paddock/internal/expiry_heap.h"
+#include "paddock/internal/mutex.h"
+#include "paddock/internal/node_table.h"
+#include "paddock/internal/retire_list.h"
+#include "paddock/internal/sieve.h"
+
+namespace paddock::internal {
+
+// A load registered in the in-flight set. The key is owned through a
+// pointer so that rehashing moves only pointers (a moved-from K would be
+// destroyed under the lock), beside its hash, computed once by the cache.
+template <typename K, typename Flight>
+struct Registration {
+  // Moved out only just before the element is erased.
+  mutable std::unique_ptr<const K> key;
+  size_t hash;
+  mutable std::shared_ptr<Flight> flight;  // Not part of the set's key.
+};
+// What a lookup passes: the caller's key and its hash.
+template <typename K>
+struct RegistrationKey {
+  const K* key;
+  size_t hash;
+};
+
+struct RegistrationHash {
+  using is_transparent = void;
+  template <typename R>
+  size_t operator()(const R& r) const {
+    return r.hash;
+  }
+};
+
+template <typename Eq>
+struct RegistrationEq {
+  using is_transparent = void;
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    return a.hash == b.hash && Eq()(*a.key, *b.key);
+  }
+};
+
+// `Hash` is not called by the shard: callers pass the hash of each key
+// (already mixed, see hash_mix.h).
+template <typename K, typename V, typename Flight, typename Hash, typename Eq>
+class alignas(64) Shard {
+ public:
+  using Node = Entry<K, V>;
+  using FlightMap = absl::flat_hash_set<Registration<K, Flight>,
+                                        RegistrationHash, RegistrationEq<Eq>>;
+
+  // Holds the shard's mutex for its lifetime; on destruction releases it,
+  // then retires the entries unlinked and destroys the flight registrations
+  // dropped meanwhile. Declare it after anything that must outlive the
+  // locked section (such as an entry built before it).
+  class ABSL_SCOPED_LOCKABLE Writer {
+   public:
+    explicit Writer(Shard& shard) ABSL_EXCLUSIVE_LOCK_FUNCTION(shard.mu_)
+        : shard_(shard) {
+      shard_.mu_.Lock();
+    }
+    ~Writer() ABSL_UNLOCK_FUNCTION() {
+      shard_.mu_.Unlock();
+      retired_.RetireAll();
+    }
+    Writer(const Writer&) = delete;
+    Writer& operator=(const Writer&) = delete;
+
+   private:
+    friend class Shard;
+    Shard& shard_;
+    RetireList<Node> retired_;
+    // A writer drops at most one registration (and replaces at most one).
+    std::unique_ptr<const K> dropped_key_;
+    std::shared_ptr<Flight> dropped_flight_;
+    std::shared_ptr<Flight> replaced_flight_;
+    FlightMap dropped_map_;
+  };
+
+  Shard() = default;
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+  // Frees every entry directly: no reader may be inside.
+  ~Shard() {
+    table_.ForEach([](Node* n) { delete n; });
+  }
+
+  // Sets how many entries the shard may hold; before first use.
+  void set_capacity(size_t capacity) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    capacity_ = capacity;
+  }
+
+  // The entry for `key`, or nullptr. Lock-free: call inside an EpochGuard
+  // (or holding the mutex).
+  template <typename KeyEq>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Node* Find(size_t hash, const K& key,
+                                          const KeyEq& eq) const {
+    return table_.Find(hash, [&](const Node* n) { return eq(n->key, key); });
+  }
+
+  // Entries now; a relaxed snapshot. Lock-free.
+  size_t size() const { return size_.load(std::memory_order_relaxed); }
+
+  // -- The writer's operations: hold a Writer on this shard. --
+
+  // The load of `key` registered now, if it is not done and started less
+  // than `max_age` ago (an older one keeps running but no longer blocks the
+  // key); otherwise nullptr.
+  std::shared_ptr<Flight> LiveFlight(const K& key, size_t hash, int64_t now,
+                                     int64_t max_age) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
+    if (it == in_flight_.end() || it->flight->done() ||
+        now - it->flight->started_at() >= max_age) {
+      return nullptr;
+    }
+    return it->flight;
+  }
+
+  // Registers `flight` as the load of `key`, replacing any registered one
+  // (which then stores nothing). May throw (a copy of the key, growth),
+  // leaving the shard unchanged.
+  void Register(Writer& w, const K& key, size_t hash,
+                std::shared_ptr<Flight> flight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
+    if (it != in_flight_.end()) {
+      assert(w.replaced_flight_ == nullptr);
+      w.replaced_flight_ = std::exchange(it->flight, std::move(flight));
+      return;
+    }
+    in_flight_.insert(Registration<K, Flight>{std::make_unique<const K>(key),
+                                              hash, std::move(flight)});
+  }
+
+  // Whether `flight` is the registered load of `key`; if so and `drop`,
+  // unregisters it (one lookup for both).
+  bool IsRegistered(Writer& w, const K& key, size_t hash, const Flight* flight,
+                    bool drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
+    if (it == in_flight_.end() || it->flight.get() != flight) return false;
+    if (drop) Drop(w, it);
+    return true;
+  }
+
+  // Unregisters the load of `key`, if any: a load in flight no longer stores
+  // its result.
+  void DropFlight(Writer& w, const K& key, size_t hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
+    if (it != in_flight_.end()) Drop(w, it);
+  }
+
+  // DropFlight for every key.
+  void DropAllFlights(Writer& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    w.dropped_map_.swap(in_flight_);
+  }
+
+  // Loads registered and not done.
+  size_t live_flights() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    size_t live = 0;
+    for (const auto& r : in_flight_) live += !r.flight->done();
+    return live;
+  }
+
+  // Stores `n` in place of `previous` (null if the key has no entry) and
+  // evicts to stay within capacity; returns how many entries were evicted.
+  // May throw std::bad_alloc before anything changed; `n` then goes to the
+  // writer's retire list.
+  size_t Store(Writer& w, Node* previous, std::unique_ptr<Node> n, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (previous != nullptr) {
+      Node* fresh = n.release();
+      table_.Replace(previous, fresh);
+      sieve_.Replace(previous, fresh);
+      expiry_.Replace(previous, fresh);
+      w.retired_.Add(previous);
+      return 0;
+    }
+    try {
+      // Allocate first, so a failure leaves the shard as it was.
+      table_.Reserve(table_.size() + 1, w.retired_);
+      expiry_.ReserveOne();
+    } catch (...) {
+      w.retired_.Add(n.release());  // Its V must not die under the lock.
+      throw;
+    }
+    size_t evicted = 0;
+    while (table_.size() >= capacity_) {
+      Node* victim = expiry_.Top();
+      if (victim == nullptr) break;
+      if (victim->keep_until > now) victim = sieve_.Victim();
+      Unlink(w, victim);
+      ++evicted;
+    }
+    // Reserved above: an eviction leaves a tombstone, never needs a slot.
+    Node* fresh = n.release();
+    table_.InsertReserved(fresh);
+    sieve_.Push(fresh);
+    expiry_.Push(fresh);
+    size_.store(table_.size(), std::memory_order_relaxed);
+    return evicted;
+  }
+
+  // Removes `n` from the shard; it is retired after the lock is released.
+  void Unlink(Writer& w, Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    table_.Erase(n);
+    sieve_.Remove(n);
+    expiry_.Remove(n);
+    size_.store(table_.size(), std::memory_order_relaxed);
+    w.retired_.Add(n);
+  }
+
+  // Unlinks every entry.
+  void UnlinkAll(Writer& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<Node*> nodes;
+    nodes.reserve(table_.size());
+    table_.ForEach([&](Node* n) { nodes.push_back(n); });
+    for (Node* n : nodes) Unlink(w, n);
+  }
+
+ private:
+  void Drop(Writer& w, typename FlightMap::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // The element's destructor then frees nothing: its key and flight are
+    // destroyed by the writer, after the lock.
+    assert(w.dropped_key_ == nullptr);
+    w.dropped_key_ = std::move(it->key);
+    w.dropped_flight_ = std::move(it->flight);
+    in_flight_.erase(it);
+  }
+
+  mutable Mutex mu_;
+  // Written under mu_, read lock-free.
+  NodeTable<Node> table_;
+  std::atomic<size_t> size_{0};
+  Sieve<Node> sieve_ ABSL_GUARDED_BY(mu_);
+  ExpiryHeap<Node> expiry_ ABSL_GUARDED_BY(mu_);
+  FlightMap in_flight_ ABSL_GUARDED_BY(mu_);
+  size_t capacity_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_SHARD_H_

@@ -1,0 +1,60 @@
+// File: paddock/random.h
+// -----------------------------------------------------------------------------
+// `paddock::Random`: the randomness a cache hands its policy (TTL jitter,
+// XFetch's draws), seeded from `Options::seed` so a run with a fixed seed and
+// a ManualClock repeats exactly.
+
+#ifndef PADDOCK_RANDOM_H_
+#define PADDOCK_RANDOM_H_
+
+#include <cstdint>
+
+#include "paddock/internal/per_thread_counters.h"
+
+namespace paddock {
+
+// Random
+//
+// The cache's source of randomness, seeded from `Options::seed`. Each thread
+// draws from a stream of its own (SplitMix64 over the seed and the thread's
+// dense index), so concurrent draws share no written memory. Thread-safe;
+// single-threaded, a seed gives one sequence.
+class Random {
+ public:
+  explicit Random(uint64_t seed) : seed_(seed) {}
+
+  // Returns 64 uniformly distributed bits.
+  uint64_t Next() {
+    const internal::ThreadRecord* record = internal::CurrentThreadRecord();
+    const uint64_t n = draws_.Increment(record, 0);
+    return Mix(Mix(seed_ ^ (uint64_t{record->index} * kStreamStep)) +
+               kGolden * n);
+  }
+
+  // Returns a double uniformly distributed in (0, 1].
+  double UniformOpenClosed() {
+    return static_cast<double>((Next() >> 11) + 1) * 0x1.0p-53;
+  }
+
+  // Returns the number of draws so far, over all threads (for tests of "no
+  // draw happened").
+  uint64_t draws() const { return draws_.Sum(0); }
+
+ private:
+  static constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  static constexpr uint64_t kStreamStep = 0xd1b54a32d192ed03ULL;
+
+  // The SplitMix64 finaliser (Steele, Lea, Flood 2014).
+  static uint64_t Mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+  const uint64_t seed_;
+  internal::PerThreadCounters<1> draws_;
+};
+
+}  // namespace paddock
+
+#endif  // PADDOCK_RANDOM_H_

@@ -1,0 +1,58 @@
+// Recorder: counters and listener calls of a cache.
+
+#include "paddock/internal/recorder.h"
+
+namespace paddock::internal {
+
+void Recorder::StaleHit(absl::Duration age) {
+  hot_.Increment(CurrentThreadRecord(), kHotStaleHits);
+  Notify([&](Listener& l) { l.OnStaleServed(age); });
+}
+
+void Recorder::StaleFallback(absl::Duration age) {
+  Add(kStaleFallbacks);
+  Notify([&](Listener& l) { l.OnStaleServed(age); });
+}
+
+void Recorder::CoalescedWait() {
+  Add(kCoalescedWaits);
+  Notify([](Listener& l) { l.OnCoalescedWait(); });
+}
+
+void Recorder::WaitTimeout() {
+  Add(kWaitTimeouts);
+  Notify([](Listener& l) { l.OnWaitTimeout(); });
+}
+
+void Recorder::Evicted(size_t n) {
+  if (n == 0) return;
+  Add(kEvictions, n);
+  for (size_t i = 0; i < n; ++i) Notify([](Listener& l) { l.OnEviction(); });
+}
+
+void Recorder::LoadStarted(LoadKind kind) {
+  Add(kLoads);
+  Notify([&](Listener& l) { l.OnLoadStart(kind); });
+}
+
+void Recorder::LoadFinished(LoadKind kind, absl::Duration duration,
+                            const absl::Status& status) {
+  load_nanos_.fetch_add(absl::ToInt64Nanoseconds(duration),
+                        std::memory_order_relaxed);
+  if (!status.ok()) Add(kLoadFailures);
+  Notify([&](Listener& l) { l.OnLoadFinish(kind, duration, status); });
+}
+
+Stats Recorder::Snapshot() const {
+  Stats s;
+  for (size_t i = 0; i < kStatsCounters; ++i) {
+    s.*kStatsFields[i].field = cold_[i].load(std::memory_order_relaxed);
+  }
+  s.hits = hot_.Sum(kHotHits);
+  s.stale_hits = hot_.Sum(kHotStaleHits);
+  s.total_load_time =
+      absl::Nanoseconds(load_nanos_.load(std::memory_order_relaxed));
+  return s;
+}
+
+}  // namespace paddock::internal

@@ -1,0 +1,81 @@
+// Tests of paddock/internal/load_slots.h: the limit, release, and a hung
+// holder that stops counting once it passes the maximum load age, including
+// for callers already waiting when it does.
+
+#include "paddock/internal/load_slots.h"
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace paddock::internal {
+namespace {
+
+TEST(LoadSlotsTest, ZeroMeansUnlimited) {
+  LoadSlots slots(0, absl::Seconds(1));
+  for (int i = 0; i < 1000; ++i) EXPECT_NE(slots.TryAcquire(0), 0u);
+}
+
+TEST(LoadSlotsTest, TheLimitHoldsUntilASlotIsReleased) {
+  LoadSlots slots(2, absl::Seconds(1));
+  const LoadSlots::Ticket a = slots.TryAcquire(0);
+  const LoadSlots::Ticket b = slots.TryAcquire(0);
+  ASSERT_NE(a, 0u);
+  ASSERT_NE(b, 0u);
+  EXPECT_EQ(slots.TryAcquire(0), 0u);
+  slots.Release(a);
+  EXPECT_NE(slots.TryAcquire(0), 0u);
+}
+
+TEST(LoadSlotsTest, AHolderPastTheMaximumAgeNoLongerCounts) {
+  LoadSlots slots(1, absl::Nanoseconds(100));
+  const LoadSlots::Ticket hung = slots.TryAcquire(0);
+  EXPECT_EQ(slots.TryAcquire(99), 0u);
+  const LoadSlots::Ticket next = slots.TryAcquire(100);
+  EXPECT_NE(next, 0u);
+  slots.Release(hung);  // Taken away already: not returned twice.
+  EXPECT_EQ(slots.TryAcquire(100), 0u);
+}
+
+TEST(LoadSlotsTest, AWaiterTimesOutWhenNothingComesFree) {
+  LoadSlots slots(1, absl::InfiniteDuration());
+  ASSERT_NE(slots.TryAcquire(0), 0u);
+  EXPECT_EQ(slots.AcquireFor(absl::Milliseconds(20), [] { return int64_t{0}; }),
+            0u);
+}
+
+TEST(LoadSlotsTest, AWaiterIsWokenWhenASlotIsReleased) {
+  LoadSlots slots(1, absl::InfiniteDuration());
+  const LoadSlots::Ticket held = slots.TryAcquire(0);
+  std::atomic<LoadSlots::Ticket> got{0};
+  std::thread waiter([&] {
+    got = slots.AcquireFor(absl::InfiniteDuration(), [] { return int64_t{0}; });
+  });
+  slots.Release(held);
+  waiter.join();
+  EXPECT_NE(got.load(), 0u);
+}
+
+TEST(LoadSlotsTest, AWaiterTakesTheSlotOfAHolderThatAgesOutWhileItWaits) {
+  // The holder never returns; the waiter waits without a time limit. Once
+  // the holder is past the maximum age (on the cache clock, advanced here),
+  // the waiter must take its slot rather than wait for a release that never
+  // comes.
+  LoadSlots slots(1, absl::Milliseconds(200));
+  std::atomic<int64_t> cache_now{0};
+  ASSERT_NE(slots.TryAcquire(0), 0u);  // Hung holder.
+  std::atomic<LoadSlots::Ticket> got{0};
+  std::thread waiter([&] {
+    got = slots.AcquireFor(absl::InfiniteDuration(),
+                           [&] { return cache_now.load(); });
+  });
+  cache_now = absl::ToInt64Nanoseconds(absl::Milliseconds(250));
+  waiter.join();  // Would block forever before the fix.
+  EXPECT_NE(got.load(), 0u);
+}
+
+}  // namespace
+}  // namespace paddock::internal
