@@ -9,6 +9,7 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
+#include "sharding.h"
 
 namespace {
 
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
 #else
   benchmark::AddCustomContext("tbb", "no (tbb_concurrent_lru_cache skipped)");
 #endif
+  // The shards of sharded_mutex_flat_hash_map, which depend on the machine.
+  benchmark::AddCustomContext(
+      "shards", std::to_string(paddock_bench::Sharding::DefaultCount()));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
