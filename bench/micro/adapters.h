@@ -8,6 +8,7 @@
 
 #include "cache_adapter.h"
 #include "impl_handrolled_singleflight.h"
+#include "impl_libcuckoo.h"
 #include "impl_mutex_unordered_map.h"
 #include "impl_paddock.h"
 #include "impl_sharded_mutex_flat_hash_map.h"
@@ -25,6 +26,9 @@ using AllAdapters =
                 ShardedMutexFlatHashMap, HandrolledSingleflight,
 #if PADDOCK_HAVE_TBB
                 TbbConcurrentLruCache,
+#endif
+#if PADDOCK_HAVE_LIBCUCKOO
+                Libcuckoo,
 #endif
                 PaddockSingleFlight, PaddockXFetch, PaddockSoftTtl,
                 PaddockNaiveJitter>;
