@@ -8,8 +8,10 @@
 
 #include "cache_adapter.h"
 #include "impl_handrolled_singleflight.h"
+#include "impl_libcuckoo.h"
 #include "impl_mutex_unordered_map.h"
 #include "impl_paddock.h"
+#include "impl_sharded_mutex_flat_hash_map.h"
 #include "impl_shared_mutex_flat_hash_map.h"
 #include "impl_tbb_concurrent_lru_cache.h"
 #include "impl_unsync_flat_hash_map.h"
@@ -19,13 +21,17 @@ namespace paddock_bench {
 template <CacheAdapter... Adapters>
 struct AdapterList {};
 
-using AllAdapters = AdapterList<UnsyncFlatHashMap, MutexUnorderedMap,
-                                SharedMutexFlatHashMap, HandrolledSingleflight,
+using AllAdapters =
+    AdapterList<UnsyncFlatHashMap, MutexUnorderedMap, SharedMutexFlatHashMap,
+                ShardedMutexFlatHashMap, HandrolledSingleflight,
 #if PADDOCK_HAVE_TBB
-                                TbbConcurrentLruCache,
+                TbbConcurrentLruCache,
 #endif
-                                PaddockSingleFlight, PaddockXFetch,
-                                PaddockSoftTtl, PaddockNaiveJitter>;
+#if PADDOCK_HAVE_LIBCUCKOO
+                Libcuckoo,
+#endif
+                PaddockSingleFlight, PaddockXFetch, PaddockSoftTtl,
+                PaddockNaiveJitter>;
 
 }  // namespace paddock_bench
 

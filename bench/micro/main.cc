@@ -9,6 +9,7 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
+#include "sharding.h"
 
 namespace {
 
@@ -51,6 +52,15 @@ int main(int argc, char** argv) {
 #else
   benchmark::AddCustomContext("tbb", "no (tbb_concurrent_lru_cache skipped)");
 #endif
+#if PADDOCK_HAVE_LIBCUCKOO
+  benchmark::AddCustomContext("libcuckoo", "yes");
+#else
+  benchmark::AddCustomContext("libcuckoo", "no (libcuckoo skipped)");
+#endif
+  // The shards of sharded_mutex_flat_hash_map and of libcuckoo's FIFO bound,
+  // which depend on the machine.
+  benchmark::AddCustomContext(
+      "shards", std::to_string(paddock_bench::Sharding::DefaultCount()));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
