@@ -4,6 +4,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -104,7 +105,8 @@ absl::StatusOr<RedisReplyPtr> RedisClient::EvalOn(
 }
 
 template <typename Run>
-absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run) {
+absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
+                                                absl::Time deadline) {
   const CircuitBreaker::Ticket ticket = breaker_.Admit();
   if (!ticket.admitted) {
     return absl::UnavailableError(absl::StrCat(
@@ -113,7 +115,7 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run) {
         " consecutive failures; calls resume once a probe succeeds (every ",
         absl::FormatDuration(config_.breaker_cooldown), ")"));
   }
-  const absl::Time deadline = MonotonicNow() + config_.io_timeout;
+  deadline = std::min(deadline, MonotonicNow() + config_.io_timeout);
   bool connect_failed = false;
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
       pool_.Acquire(deadline, &connect_failed);
@@ -160,16 +162,20 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run) {
 absl::StatusOr<RedisReplyPtr> RedisClient::Eval(
     Script script, absl::Span<const std::string_view> keys,
     absl::Span<const std::string_view> args) {
-  return Call([&](RedisConnection& connection, absl::Time deadline) {
-    return EvalOn(connection, script, keys, args, deadline);
-  });
+  return Call(
+      [&](RedisConnection& connection, absl::Time deadline) {
+        return EvalOn(connection, script, keys, args, deadline);
+      },
+      absl::InfiniteFuture());
 }
 
 absl::StatusOr<RedisReplyPtr> RedisClient::Command(
-    absl::Span<const std::string_view> args) {
-  return Call([&](RedisConnection& connection, absl::Time deadline) {
-    return connection.Command(args, deadline);
-  });
+    absl::Span<const std::string_view> args, absl::Time deadline) {
+  return Call(
+      [&](RedisConnection& connection, absl::Time deadline) {
+        return connection.Command(args, deadline);
+      },
+      deadline);
 }
 
 }  // namespace paddock::internal

@@ -67,9 +67,10 @@ class RedisClient {
 
   // RedisClient::Command()
   //
-  // Runs one plain command, like Eval.
-  absl::StatusOr<RedisReplyPtr> Command(
-      absl::Span<const std::string_view> args);
+  // Runs one plain command, like Eval, but gives up at `deadline` if that
+  // comes before the I/O timeout.
+  absl::StatusOr<RedisReplyPtr> Command(absl::Span<const std::string_view> args,
+                                        absl::Time deadline);
 
   // Counts a reply that the caller could not parse.
   void CountBadReply() {
@@ -83,9 +84,10 @@ class RedisClient {
  private:
   explicit RedisClient(RedisClientConfig config);
 
-  // One call: breaker, connection, `run` on it, and the bookkeeping.
+  // One call: breaker, connection, `run` on it, and the bookkeeping; done
+  // by the I/O timeout or `deadline`, whichever comes first.
   template <typename Run>
-  absl::StatusOr<RedisReplyPtr> Call(const Run& run);
+  absl::StatusOr<RedisReplyPtr> Call(const Run& run, absl::Time deadline);
 
   // EVALSHA on `connection`, with SCRIPT LOAD and one retry after NOSCRIPT.
   absl::StatusOr<RedisReplyPtr> EvalOn(RedisConnection& connection,

@@ -349,9 +349,14 @@ bool RedisTier::AwaitChange(std::string_view key, absl::Duration timeout) {
       case ChangeLog::Wait::kDisconnected:
         break;
     }
-    // No messages arrive: look at the lease itself.
-    const std::string_view get[] = {"GET", lease_key};
-    absl::StatusOr<RedisReplyPtr> reply = s.client->Command(get);
+    // No messages arrive: look at the lease itself, if a round trip fits
+    // before the deadline (one cut short would count against the breaker).
+    absl::StatusOr<RedisReplyPtr> reply =
+        absl::DeadlineExceededError("no time left to poll");
+    if (deadline - internal::MonotonicNow() >= s.options.io_timeout) {
+      const std::string_view get[] = {"GET", lease_key};
+      reply = s.client->Command(get, deadline);
+    }
     if (reply.ok()) {
       absl::StatusOr<std::optional<std::string>> lease =
           internal::ParseLeaseReply(**reply);
