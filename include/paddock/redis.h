@@ -107,19 +107,28 @@ struct RedisOptions {
 // Counters since `Connect`, for tests and dashboards. Read with
 // `RedisTier::stats()`.
 struct RedisTierStats {
-  uint64_t calls = 0;                // Calls that reached Redis (round trips
-                                     // of the tier's operations).
-  uint64_t failures = 0;             // Calls that failed on the way: timeouts,
-                                     // lost connections, busy servers.
-  uint64_t timeouts = 0;             // The part of `failures` that timed out.
-  uint64_t breaker_rejections = 0;   // Calls refused by the open breaker.
-  uint64_t breaker_opens = 0;        // Times the breaker opened.
-  uint64_t script_loads = 0;         // SCRIPT LOADs after NOSCRIPT.
-  uint64_t bad_records = 0;          // Lookups that found an unreadable record.
-  uint64_t bad_replies = 0;          // Replies the tier could not parse.
-  uint64_t leases_extended = 0;      // Successful lease extensions.
-  uint64_t subscription_losses = 0;  // Times the change subscription broke.
-  uint64_t notifications = 0;        // Change messages received.
+  // Calls that reached Redis (one per operation, whatever its round trips).
+  uint64_t calls = 0;
+  // Calls that failed on the way: timeouts, lost connections, busy servers.
+  uint64_t failures = 0;
+  // The part of `failures` that timed out.
+  uint64_t timeouts = 0;
+  // Calls refused by the open circuit breaker.
+  uint64_t breaker_rejections = 0;
+  // Times the breaker opened (a failed probe opens it again).
+  uint64_t breaker_opens = 0;
+  // SCRIPT LOADs after NOSCRIPT (a restarted or flushed server).
+  uint64_t script_loads = 0;
+  // Lookups that found an unreadable record (treated as none).
+  uint64_t bad_records = 0;
+  // Replies the tier could not parse (returned as DataLoss).
+  uint64_t bad_replies = 0;
+  // Successful extensions of held leases.
+  uint64_t leases_extended = 0;
+  // Times the change subscription was lost.
+  uint64_t subscription_losses = 0;
+  // Change messages received (fills, puts, invalidations, releases).
+  uint64_t notifications = 0;
 };
 
 // RedisTier
