@@ -32,8 +32,7 @@ namespace {
 using ::testing::ElementsAre;
 using Outcome = CircuitBreaker::Outcome;
 
-// ---- CircuitBreaker
-// ----------------------------------------------------------
+// ---- CircuitBreaker ---------------------------------------------------------
 
 TEST(CircuitBreakerTest, OpensAfterConsecutiveFailuresOnly) {
   ManualClock clock;
@@ -124,8 +123,7 @@ TEST(CircuitBreakerTest, ALateSuccessOfAnOldCallCloses) {
   EXPECT_FALSE(breaker.open());
 }
 
-// ---- ChangeLog
-// ---------------------------------------------------------------
+// ---- ChangeLog --------------------------------------------------------------
 
 absl::Time In(absl::Duration d) { return MonotonicNow() + d; }
 
@@ -179,8 +177,7 @@ TEST(ChangeLogTest, DisconnectionIsReportedAndReconnectionIsAChange) {
             ChangeLog::Wait::kChanged);
 }
 
-// ---- LeaseKeeper
-// -------------------------------------------------------------
+// ---- LeaseKeeper ------------------------------------------------------------
 
 // A fake Redis for the keeper: counts extensions, answers as told.
 struct FakeLeases {
@@ -271,8 +268,7 @@ TEST(LeaseKeeperTest, HoldsNothingForAZeroHold) {
   EXPECT_EQ(keeper.size(), 0u);
 }
 
-// ---- SubscriberHub
-// -----------------------------------------------------------
+// ---- SubscriberHub ----------------------------------------------------------
 
 struct Recorder : SharedTier::Subscriber {
   std::vector<std::string> keys;

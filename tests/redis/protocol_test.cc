@@ -63,8 +63,7 @@ std::string HashTag(std::string_view key) {
   return std::string(key.substr(open + 1, close - open - 1));
 }
 
-// ---- Keys
-// --------------------------------------------------------------------
+// ---- Keys -------------------------------------------------------------------
 
 TEST(KeysTest, RecordAndLeaseShareANonEmptyHashTag) {
   for (std::string_view key : std::vector<std::string_view>{
@@ -96,7 +95,7 @@ TEST(KeysTest, EscapingIsInjective) {
   EXPECT_EQ(EscapeKey("plain:key"), "plain:key");
 }
 
-// ---- Change messages -------------------------------------------------------
+// ---- Change messages --------------------------------------------------------
 
 TEST(ChangeMessageTest, RoundTrips) {
   for (ChangeKind kind : {ChangeKind::kFill, ChangeKind::kPut,
@@ -123,7 +122,7 @@ TEST(ChangeMessageTest, RejectsAnythingElse) {
   }
 }
 
-// ---- Durations and records -------------------------------------------------
+// ---- Durations and records --------------------------------------------------
 
 TEST(DurationsTest, TravelAsMicroseconds) {
   EXPECT_EQ(DurationToMicros(absl::Milliseconds(1500)), "1500000");
@@ -163,8 +162,7 @@ TEST(RecordArgsTest, DescribeAnErrorAndTheExpiryCases) {
   EXPECT_EQ(RecordArgs(fill, "ver")[5], "0");  // Store nothing.
 }
 
-// ---- Lookup replies
-// ----------------------------------------------------------
+// ---- Lookup replies ---------------------------------------------------------
 
 std::string RecordTail(const std::vector<std::string>& fields) {
   std::string out;
@@ -326,7 +324,7 @@ TEST(ServerErrorTest, BusyAndLoadingCountAsUnhealthy) {
   EXPECT_FALSE(IsServerUnhealthyReply(*Reply(Bulk("BUSY"))));
 }
 
-// ---- Addresses -------------------------------------------------------------
+// ---- Addresses --------------------------------------------------------------
 
 TEST(AddressTest, ParsesUnixTcpAndIpv6) {
   absl::StatusOr<RedisAddress> a = ParseRedisAddress("unix:/run/redis.sock");
