@@ -62,6 +62,8 @@ struct RedisOptions {
 
   // The longest a new connection may take to open. A call that needs one
   // waits for at most the smaller of this and what is left of `io_timeout`.
+  // Resolving a host name is not bounded by it (hiredis resolves with a
+  // blocking getaddrinfo): prefer an IP address or a unix socket.
   absl::Duration connect_timeout = absl::Milliseconds(250);
 
   // The lease period: how long another asker waits for a holder that died
@@ -244,6 +246,8 @@ class RedisTier final : public SharedTier {
 
  private:
   explicit RedisTier(std::unique_ptr<internal::RedisTierState> state);
+  static absl::StatusOr<std::shared_ptr<RedisTier>> ConnectOrThrow(
+      const RedisOptions& options);
 
   std::unique_ptr<internal::RedisTierState> state_;
 };

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -143,6 +144,17 @@ absl::Status RedisOptions::Validate() const {
 }
 
 absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::Connect(
+    const RedisOptions& options) {
+  // The threads' creation is the one thing here that could throw.
+  try {
+    return ConnectOrThrow(options);
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("paddock::RedisTier: cannot start a thread: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
     const RedisOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   absl::StatusOr<internal::RedisAddress> address =
