@@ -11,6 +11,9 @@
 #                     program from the same main.cpp, and run that too.
 #   add_subdirectory  build the consumer with add_subdirectory(SOURCE_DIR), run
 #                     it.
+# When paddock is built with paddock::redis (hiredis found), the consumer also
+# builds and runs redis_main.cpp against it, and in find_package mode
+# paddock-redis.pc must build it too.
 # WORK_DIR is wiped first. CXX picks the compiler (default: cmake's choice, and
 # g++ for the pkg-config check); CMAKE_COMMAND picks cmake.
 set -euo pipefail
@@ -50,6 +53,16 @@ fi
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# The paddock::redis consumer exists when paddock was built with it.
+run_redis_consumer() {
+  if [[ -x "$work_dir/consumer-build/redis_consumer" ]]; then
+    step "run the redis consumer"
+    "$work_dir/consumer-build/redis_consumer"
+  else
+    step "no paddock::redis in this build: redis consumer skipped"
+  fi
+}
+
 case "$mode" in
   find_package)
     prefix="$work_dir/prefix"
@@ -71,6 +84,7 @@ case "$mode" in
     "$cmake" --build "$work_dir/consumer-build"
     step "run the consumer"
     "$work_dir/consumer-build/consumer"
+    run_redis_consumer
 
     step "pkg-config"
     pc_file=$(find "$prefix" -name paddock.pc -print -quit)
@@ -90,6 +104,18 @@ case "$mode" in
       "${pc_flags[@]}"
     step "run the pkg-config consumer"
     "$work_dir/consumer-pkg-config"
+
+    redis_pc=$(find "$prefix" -name paddock-redis.pc -print -quit)
+    if [[ -n "$redis_pc" ]]; then
+      pkg-config --exists --print-errors paddock-redis
+      read -r -a redis_pc_flags <<<"$(pkg-config --cflags --libs paddock-redis)"
+      printf 'flags: %s\n' "${redis_pc_flags[*]}"
+      step "compile redis_main.cpp with $cxx and the paddock-redis flags"
+      "$cxx" "$consumer_dir/redis_main.cpp" \
+        -o "$work_dir/redis-consumer-pkg-config" "${redis_pc_flags[@]}"
+      step "run the pkg-config redis consumer"
+      "$work_dir/redis-consumer-pkg-config"
+    fi
     ;;
 
   add_subdirectory)
@@ -101,6 +127,7 @@ case "$mode" in
     "$cmake" --build "$work_dir/consumer-build"
     step "run the consumer"
     "$work_dir/consumer-build/consumer"
+    run_redis_consumer
     ;;
 esac
 

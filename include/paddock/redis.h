@@ -1,0 +1,257 @@
+// File: paddock/redis.h
+// -----------------------------------------------------------------------------
+// `paddock::RedisTier`: the `paddock::SharedTier` of a fleet, on one Redis
+// server (5.0 or later; 7 tested). Target `paddock::redis`, which links
+// hiredis; the core target `paddock::paddock` does not.
+//
+//   paddock::RedisOptions ro;
+//   ro.address = "unix:/run/redis/redis.sock";  // or "127.0.0.1:6379"
+//   ro.key_prefix = "svc:v1:";  // version it with your value encoding
+//   absl::StatusOr<std::shared_ptr<paddock::RedisTier>> tier =
+//       paddock::RedisTier::Connect(ro);
+//   // then Options::shared = *tier
+//
+// Every operation is one round trip running a Lua script (EVALSHA) that
+// judges freshness on Redis's own clock. A key's record and lease live under
+// `<prefix>{<key>}:v` and `<prefix>{<key>}:l`, in one Redis Cluster slot;
+// writes are announced on the channel `<prefix>changes`. docs/fleet.md
+// describes the protocol command by command and what each failure costs.
+//
+// The tier is an efficiency lock, never a correctness lock: a call that times
+// out may still take effect on the server, and a lease can be lost.
+
+#ifndef PADDOCK_REDIS_H_
+#define PADDOCK_REDIS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "paddock/shared_tier.h"
+
+namespace paddock {
+
+namespace internal {
+class RedisTierState;
+}  // namespace internal
+
+// RedisOptions
+//
+// How to reach Redis and how long to wait for it. Checked by
+// `RedisTier::Connect` (`Validate`).
+struct RedisOptions {
+  // "unix:<path>" for a unix socket, "<host>:<port>" or "[<ipv6>]:<port>"
+  // for TCP.
+  std::string address = "127.0.0.1:6379";
+
+  // Starts every key and the change channel: the namespace of one kind of
+  // value. Put the version of your value encoding in it ("svc:v1:") so that
+  // processes running different encodings never read each other's values.
+  // Must not contain '{' or '}' (keys use hash tags).
+  std::string key_prefix = "paddock:v1:";
+
+  // The longest a call waits for Redis, all its round trips together,
+  // including a wait for a free pooled connection. Past it the call returns
+  // `absl::DeadlineExceededError`; the command may still run on the server.
+  absl::Duration io_timeout = absl::Milliseconds(100);
+
+  // The longest a new connection may take to open. A call that needs one
+  // waits for at most the smaller of this and what is left of `io_timeout`.
+  // Resolving a host name is not bounded by it (hiredis resolves with a
+  // blocking getaddrinfo): prefer an IP address or a unix socket.
+  absl::Duration connect_timeout = absl::Milliseconds(250);
+
+  // The lease period: how long another asker waits for a holder that died
+  // before it may load itself. A living holder's lease is extended every
+  // half period, up to the `hold_for` it asked for.
+  absl::Duration lease_for = absl::Seconds(10);
+
+  // The largest value (or remembered error message) the tier stores. Fill
+  // and Put refuse larger ones with `absl::InvalidArgumentError`.
+  size_t max_value_bytes = size_t{1} << 20;
+
+  // The most connections the tier opens for calls (the change subscription
+  // has one more of its own). A call that finds none free waits for one,
+  // within `io_timeout`.
+  int pool_size = 8;
+
+  // The circuit breaker: after `breaker_failures` consecutive failed calls
+  // (unreachable, timed out, server busy or loading) calls fail at once with
+  // `absl::UnavailableError` for `breaker_cooldown`; then one call probes
+  // Redis, and its success closes the breaker again.
+  int breaker_failures = 5;
+  absl::Duration breaker_cooldown = absl::Seconds(1);
+
+  // While the change subscription is down, `AwaitChange` checks the key's
+  // lease this often instead of waiting for a message.
+  absl::Duration poll_interval = absl::Milliseconds(100);
+
+  // How often the change subscription pings Redis; one ping unanswered for
+  // this long counts the subscription as lost (reconnect, then
+  // `OnMissedInvalidations`).
+  absl::Duration health_check_interval = absl::Seconds(1);
+
+  // RedisOptions::Validate()
+  //
+  // Returns `absl::InvalidArgumentError` naming the first bad field (an
+  // address that does not parse, a prefix with a brace, a duration <= 0, a
+  // size < 1), else OK.
+  absl::Status Validate() const;
+};
+
+// RedisTierStats
+//
+// Counters since `Connect`, for tests and dashboards. Read with
+// `RedisTier::stats()`.
+struct RedisTierStats {
+  // Calls that reached Redis (one per operation, whatever its round trips).
+  uint64_t calls = 0;
+  // Calls that failed on the way: timeouts, lost connections, busy servers.
+  uint64_t failures = 0;
+  // The part of `failures` that timed out.
+  uint64_t timeouts = 0;
+  // Calls refused by the open circuit breaker.
+  uint64_t breaker_rejections = 0;
+  // Times the breaker opened (a failed probe opens it again).
+  uint64_t breaker_opens = 0;
+  // SCRIPT LOADs after NOSCRIPT (a restarted or flushed server).
+  uint64_t script_loads = 0;
+  // Lookups that found an unreadable record (treated as none).
+  uint64_t bad_records = 0;
+  // Replies the tier could not parse (returned as DataLoss).
+  uint64_t bad_replies = 0;
+  // Successful extensions of held leases.
+  uint64_t leases_extended = 0;
+  // Times the change subscription was lost.
+  uint64_t subscription_losses = 0;
+  // Change messages received (fills, puts, invalidations, releases).
+  uint64_t notifications = 0;
+};
+
+// RedisTier
+//
+// Thread-safe; every method is bounded by `RedisOptions::io_timeout` unless
+// it says otherwise, never throws, and maps failures as `SharedTier` says:
+// `absl::UnavailableError` (unreachable, connection lost, server busy,
+// breaker open), `absl::DeadlineExceededError` (no reply within
+// `io_timeout`), `absl::DataLossError` (a reply it cannot parse). An
+// unreadable record in Redis (wrong type, missing or non-numeric fields) is
+// treated as no record, and the next fill replaces it.
+//
+// Owns two background threads: one extends granted leases, one receives
+// change messages on a connection of its own and runs subscribers'
+// callbacks. Both stop when the tier is destroyed. Create tiers after any
+// `fork()`, not before: a child does not inherit the threads.
+class RedisTier final : public SharedTier {
+ public:
+  // RedisTier::Connect()
+  //
+  // Validates `options`, connects to Redis, loads the scripts and subscribes
+  // to the change channel. Returns `absl::InvalidArgumentError` for bad
+  // options (a malformed address), `absl::UnavailableError` naming the
+  // address and the reason when Redis cannot be reached, or
+  // `absl::DeadlineExceededError` when it does not answer in time. Blocks for
+  // about `connect_timeout` plus a few `io_timeout`s at most.
+  static absl::StatusOr<std::shared_ptr<RedisTier>> Connect(
+      const RedisOptions& options);
+
+  // Stops the background threads and closes every connection. A lease still
+  // held is left to lapse after at most `lease_for`. Subscriptions may
+  // outlive the tier; they receive nothing more.
+  ~RedisTier() override;
+
+  RedisTier(const RedisTier&) = delete;
+  RedisTier& operator=(const RedisTier&) = delete;
+
+  // RedisTier::Lookup()
+  //
+  // `SharedTier::Lookup`: one EVALSHA. A granted lease is extended from a
+  // background thread every `lease_for / 2` until Fill or Release, while
+  // less than `hold_for` has passed since the grant (so it lasts the longer
+  // of `lease_for` and `hold_for`).
+  absl::StatusOr<SharedLookup> Lookup(std::string_view key,
+                                      std::string_view have_version,
+                                      absl::Duration hold_for) override;
+
+  // RedisTier::Fill()
+  //
+  // `SharedTier::Fill`: one EVALSHA; publishes a fill message. A value (or
+  // error message) larger than `max_value_bytes` stores nothing, gives the
+  // lease up and returns `absl::InvalidArgumentError`. A record whose
+  // `keep_for` is <= 0 is accepted and not stored.
+  absl::StatusOr<bool> Fill(std::string_view key, std::string_view lease_token,
+                            const SharedFill& fill) override;
+
+  // RedisTier::Release()
+  //
+  // `SharedTier::Release`: one EVALSHA; publishes a release message so that
+  // waiting askers ask again at once.
+  absl::Status Release(std::string_view key,
+                       std::string_view lease_token) override;
+
+  // RedisTier::Put()
+  //
+  // `SharedTier::Put`: one EVALSHA. Returns `absl::InvalidArgumentError` for
+  // a value larger than `max_value_bytes`, storing nothing.
+  absl::Status Put(std::string_view key, const SharedFill& fill,
+                   uint64_t origin) override;
+
+  // RedisTier::Invalidate()
+  //
+  // `SharedTier::Invalidate`: one EVALSHA.
+  absl::Status Invalidate(std::string_view key, uint64_t origin) override;
+
+  // RedisTier::AwaitChange()
+  //
+  // `SharedTier::AwaitChange`. Wakes on a fill, put, invalidate or release
+  // message for `key`, including one that arrived after this thread's last
+  // `Lookup` of `key` began, and when the change subscription reconnects
+  // (messages may have been lost). While the subscription is down, checks
+  // the key's lease every `poll_interval` instead. Never blocks past
+  // `timeout`.
+  bool AwaitChange(std::string_view key, absl::Duration timeout) override;
+
+  // RedisTier::Subscribe()
+  //
+  // `SharedTier::Subscribe`. The id mixes random bits with the process id,
+  // so ids differ across processes. Callbacks run on the tier's subscription
+  // thread. A subscription may be destroyed from its own callback; it then
+  // does not wait for that callback to return.
+  std::unique_ptr<Subscription> Subscribe(Subscriber* subscriber) override;
+
+  // RedisTier::max_value_bytes()
+  //
+  // `RedisOptions::max_value_bytes`. Never blocks.
+  size_t max_value_bytes() const override;
+
+  // RedisTier::subscribed()
+  //
+  // Whether the change subscription is up now. Never blocks.
+  bool subscribed() const;
+
+  // RedisTier::stats()
+  //
+  // A snapshot of the counters. Never blocks.
+  RedisTierStats stats() const;
+
+  // RedisTier::options()
+  //
+  // The options the tier was connected with.
+  const RedisOptions& options() const;
+
+ private:
+  explicit RedisTier(std::unique_ptr<internal::RedisTierState> state);
+  static absl::StatusOr<std::shared_ptr<RedisTier>> ConnectOrThrow(
+      const RedisOptions& options);
+
+  std::unique_ptr<internal::RedisTierState> state_;
+};
+
+}  // namespace paddock
+
+#endif  // PADDOCK_REDIS_H_

@@ -1,0 +1,212 @@
+// ChangeFeed: the subscription thread.
+
+#include "redis/change_feed.h"
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "redis/protocol.h"
+
+namespace paddock::internal {
+namespace {
+
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+
+bool IsString(const redisReply* r, std::string_view text) {
+  return r != nullptr && r->type == REDIS_REPLY_STRING && r->str != nullptr &&
+         std::string_view(r->str, r->len) == text;
+}
+
+int PollMillis(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return 0;
+  const int64_t ms =
+      absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
+  return static_cast<int>(std::min<int64_t>(ms, 60'000));
+}
+
+}  // namespace
+
+ChangeFeed::ChangeFeed(ChangeFeedConfig config, ChangeLog* log,
+                       std::shared_ptr<SubscriberHub> hub)
+    : config_(std::move(config)), log_(log), hub_(std::move(hub)) {
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+ChangeFeed::~ChangeFeed() {
+  stopping_.store(true, std::memory_order_release);
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    // The eventfd counter cannot overflow from one write; nothing to handle.
+    while (write(wake_fd_, &one, sizeof(one)) == -1 && errno == EINTR) {
+    }
+    thread_.join();
+  }
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+absl::StatusOr<std::unique_ptr<RedisConnection>> ChangeFeed::OpenSubscribed() {
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      RedisConnection::Open(config_.address, config_.connect_timeout);
+  if (!connection.ok()) return connection.status();
+  const std::string_view args[] = {"SUBSCRIBE", config_.channel};
+  absl::StatusOr<RedisReplyPtr> reply =
+      (*connection)->Command(args, MonotonicNow() + config_.io_timeout);
+  if (!reply.ok()) return reply.status();
+  const redisReply& r = **reply;
+  if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 ||
+      !IsString(r.element[0], "subscribe")) {
+    return absl::UnavailableError(
+        absl::StrCat("paddock::RedisTier: ", config_.address.text,
+                     ": SUBSCRIBE ", config_.channel, " was refused",
+                     r.type == REDIS_REPLY_ERROR
+                         ? absl::StrCat(": ", absl::string_view(r.str, r.len))
+                         : std::string()));
+  }
+  return connection;
+}
+
+absl::Status ChangeFeed::Start() {
+  if (wake_fd_ < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "paddock::RedisTier: cannot create an eventfd: errno ", errno));
+  }
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      OpenSubscribed();
+  if (!connection.ok()) return connection.status();
+  connection_ = *std::move(connection);
+  log_->SetConnected(true);
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void ChangeFeed::DrainWakeFd() {
+  uint64_t count = 0;
+  while (read(wake_fd_, &count, sizeof(count)) == -1 && errno == EINTR) {
+  }
+}
+
+bool ChangeFeed::Sleep(absl::Duration timeout) {
+  pollfd wake = {.fd = wake_fd_, .events = POLLIN, .revents = 0};
+  poll(&wake, 1, PollMillis(timeout));
+  return !stopping_.load(std::memory_order_acquire);
+}
+
+bool ChangeFeed::Handle(const redisReply& reply, bool* pong) {
+  if (reply.type == REDIS_REPLY_ERROR) return false;
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 1) return true;
+  redisReply* const* e = reply.element;
+  if (IsString(e[0], "pong")) {
+    *pong = true;
+    return true;
+  }
+  if (!IsString(e[0], "message") || reply.elements != 3 ||
+      e[2]->type != REDIS_REPLY_STRING || e[2]->str == nullptr) {
+    return true;  // Subscription confirmations and the like.
+  }
+  messages_.fetch_add(1, std::memory_order_relaxed);
+  const std::optional<ChangeMessage> message =
+      ParseChangeMessage(std::string_view(e[2]->str, e[2]->len));
+  if (!message.has_value()) return true;  // Not ours: ignore it.
+  log_->Record(message->key);
+  if (message->kind == ChangeKind::kPut ||
+      message->kind == ChangeKind::kInvalidate) {
+    hub_->DeliverInvalidate(message->key, message->origin);
+  }
+  return true;
+}
+
+void ChangeFeed::Run() {
+  absl::Duration backoff = kFirstBackoff;
+  absl::Time next_ping = MonotonicNow() + config_.health_check_interval;
+  std::optional<absl::Time> pong_due;  // Set while a ping is unanswered.
+
+  const auto lose = [&] {
+    connection_.reset();
+    pong_due.reset();
+    losses_.fetch_add(1, std::memory_order_relaxed);
+    log_->SetConnected(false);
+  };
+
+  while (!stopping_.load(std::memory_order_acquire)) {
+    if (connection_ == nullptr) {
+      if (!Sleep(backoff)) break;
+      absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+          OpenSubscribed();
+      if (!connection.ok()) {
+        backoff = std::min(backoff * 2, kMaxBackoff);
+        continue;
+      }
+      connection_ = *std::move(connection);
+      backoff = kFirstBackoff;
+      next_ping = MonotonicNow() + config_.health_check_interval;
+      log_->SetConnected(true);
+      // Whatever was published while we were away is lost.
+      hub_->DeliverMissed();
+      continue;
+    }
+
+    const absl::Time wake_at = pong_due.value_or(next_ping);
+    pollfd fds[2] = {
+        {.fd = connection_->fd(), .events = POLLIN, .revents = 0},
+        {.fd = wake_fd_, .events = POLLIN, .revents = 0},
+    };
+    const int ready = poll(fds, 2, PollMillis(wake_at - MonotonicNow()));
+    if (ready < 0 && errno != EINTR) {
+      lose();
+      continue;
+    }
+    if (fds[1].revents != 0) DrainWakeFd();
+    if (stopping_.load(std::memory_order_acquire)) break;
+
+    if (fds[0].revents != 0) {
+      bool ok = connection_->ReadAvailable().ok();
+      while (ok) {
+        absl::StatusOr<RedisReplyPtr> reply = connection_->NextReply();
+        if (!reply.ok()) {
+          ok = false;
+        } else if (*reply == nullptr) {
+          break;  // Nothing more buffered.
+        } else {
+          bool pong = false;
+          ok = Handle(**reply, &pong);
+          if (pong) {
+            pong_due.reset();
+            next_ping = MonotonicNow() + config_.health_check_interval;
+          }
+        }
+      }
+      if (!ok) {
+        lose();
+        continue;
+      }
+    }
+
+    const absl::Time now = MonotonicNow();
+    if (pong_due.has_value() && now >= *pong_due) {
+      lose();  // Redis stopped answering (hung, paused, or a dead link).
+    } else if (!pong_due.has_value() && now >= next_ping) {
+      const std::string_view ping[] = {"PING"};
+      if (!connection_->Write(ping, now + config_.io_timeout).ok()) {
+        lose();
+      } else {
+        pong_due = now + config_.health_check_interval;
+      }
+    }
+  }
+  connection_.reset();
+}
+
+}  // namespace paddock::internal

@@ -1,0 +1,181 @@
+// RedisClient.
+
+#include "redis/client.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "paddock/clock.h"
+
+namespace paddock::internal {
+
+absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(
+    RedisClientConfig config) {
+  std::unique_ptr<RedisClient> client(new RedisClient(std::move(config)));
+  const RedisClientConfig& c = client->config_;
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      RedisConnection::Open(c.address, c.connect_timeout);
+  if (!connection.ok()) return connection.status();
+  for (int i = 0; i < kScriptCount; ++i) {
+    absl::Status loaded = client->LoadScript(
+        **connection, static_cast<Script>(i), MonotonicNow() + c.io_timeout);
+    if (!loaded.ok()) return loaded;
+  }
+  // The first connection becomes the pool's first idle one.
+  client->pool_.Adopt(*std::move(connection));
+  return client;
+}
+
+RedisClient::RedisClient(RedisClientConfig config)
+    : config_(std::move(config)),
+      pool_(config_.address, config_.pool_size, config_.connect_timeout),
+      breaker_(config_.breaker_failures, config_.breaker_cooldown,
+               SystemClock::Get()) {}
+
+absl::Status RedisClient::LoadScript(RedisConnection& connection, Script script,
+                                     absl::Time deadline) {
+  const std::string& source = ScriptSource(script);
+  const std::string_view args[] = {"SCRIPT", "LOAD", source};
+  absl::StatusOr<RedisReplyPtr> reply = connection.Command(args, deadline);
+  if (!reply.ok()) return reply.status();
+  const redisReply& r = **reply;
+  if (r.type == REDIS_REPLY_ERROR) {
+    return absl::UnavailableError(
+        absl::StrCat("paddock::RedisTier: ", config_.address.text,
+                     ": SCRIPT LOAD of the ", ScriptName(script),
+                     " script failed: ", absl::string_view(r.str, r.len)));
+  }
+  if (r.type != REDIS_REPLY_STRING || r.len != 40) {
+    CountBadReply();
+    return absl::DataLossError(
+        absl::StrCat("paddock::RedisTier: ", config_.address.text,
+                     ": SCRIPT LOAD did not return a SHA1 for the ",
+                     ScriptName(script), " script"));
+  }
+  std::string sha(r.str, r.len);
+  std::string& known = shas_[static_cast<int>(script)];
+  if (known.empty()) {
+    known = std::move(sha);  // Only during Connect, before sharing.
+  } else if (known != sha) {
+    CountBadReply();
+    return absl::DataLossError(
+        absl::StrCat("paddock::RedisTier: ", config_.address.text, ": the ",
+                     ScriptName(script), " script loaded under another SHA1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RedisReplyPtr> RedisClient::EvalOn(
+    RedisConnection& connection, Script script,
+    absl::Span<const std::string_view> keys,
+    absl::Span<const std::string_view> args, absl::Time deadline) {
+  const std::string numkeys = absl::StrCat(keys.size());
+  absl::InlinedVector<std::string_view, 20> argv;
+  argv.push_back("EVALSHA");
+  argv.push_back(shas_[static_cast<int>(script)]);
+  argv.push_back(numkeys);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+
+  absl::StatusOr<RedisReplyPtr> reply = connection.Command(argv, deadline);
+  if (!reply.ok()) return reply;
+  const redisReply& r = **reply;
+  if (r.type != REDIS_REPLY_ERROR ||
+      !absl::StartsWith(absl::string_view(r.str, r.len), "NOSCRIPT")) {
+    return reply;
+  }
+  // The server lost its script cache (a restart, SCRIPT FLUSH, a failover
+  // to a replica that never saw the script): load it and retry once.
+  counters_.script_loads.fetch_add(1, std::memory_order_relaxed);
+  if (absl::Status loaded = LoadScript(connection, script, deadline);
+      !loaded.ok()) {
+    return loaded;
+  }
+  return connection.Command(argv, deadline);
+}
+
+template <typename Run>
+absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
+                                                absl::Time deadline) {
+  const CircuitBreaker::Ticket ticket = breaker_.Admit();
+  if (!ticket.admitted) {
+    return absl::UnavailableError(absl::StrCat(
+        "paddock::RedisTier: ", config_.address.text,
+        ": circuit breaker open after ", config_.breaker_failures,
+        " consecutive failures; calls resume once a probe succeeds (every ",
+        absl::FormatDuration(config_.breaker_cooldown), ")"));
+  }
+  deadline = std::min(deadline, MonotonicNow() + config_.io_timeout);
+  bool connect_failed = false;
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      pool_.Acquire(deadline, &connect_failed);
+  if (!connection.ok()) {
+    if (connect_failed) {
+      counters_.failures.fetch_add(1, std::memory_order_relaxed);
+      if (absl::IsDeadlineExceeded(connection.status())) {
+        counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    breaker_.Report(ticket, connect_failed ? CircuitBreaker::Outcome::kFailure
+                                           : CircuitBreaker::Outcome::kNeutral);
+    return connection.status();
+  }
+  counters_.calls.fetch_add(1, std::memory_order_relaxed);
+  absl::StatusOr<RedisReplyPtr> reply = run(**connection, deadline);
+
+  CircuitBreaker::Outcome outcome = CircuitBreaker::Outcome::kSuccess;
+  if ((*connection)->broken()) {
+    outcome = CircuitBreaker::Outcome::kFailure;
+  } else if (!reply.ok()) {
+    // Ended before a round trip (the deadline passed in the pool) or on a
+    // reply it could not use: the server is not to blame.
+    outcome = CircuitBreaker::Outcome::kNeutral;
+  } else if ((*reply)->type == REDIS_REPLY_ERROR) {
+    if (IsServerUnhealthyReply(**reply)) {
+      outcome = CircuitBreaker::Outcome::kFailure;
+    }
+    reply = RedisErrorReply(config_.address, **reply);
+  }
+  const bool transport_failed = (*connection)->broken();
+  pool_.Return(*std::move(connection));
+  if (outcome == CircuitBreaker::Outcome::kFailure) {
+    counters_.failures.fetch_add(1, std::memory_order_relaxed);
+    if (!reply.ok() && absl::IsDeadlineExceeded(reply.status())) {
+      counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (transport_failed) pool_.Flush();
+  breaker_.Report(ticket, outcome);
+  return reply;
+}
+
+absl::StatusOr<RedisReplyPtr> RedisClient::Eval(
+    Script script, absl::Span<const std::string_view> keys,
+    absl::Span<const std::string_view> args) {
+  return Call(
+      [&](RedisConnection& connection, absl::Time deadline) {
+        return EvalOn(connection, script, keys, args, deadline);
+      },
+      absl::InfiniteFuture());
+}
+
+absl::StatusOr<RedisReplyPtr> RedisClient::Command(
+    absl::Span<const std::string_view> args, absl::Time deadline) {
+  return Call(
+      [&](RedisConnection& connection, absl::Time deadline) {
+        return connection.Command(args, deadline);
+      },
+      deadline);
+}
+
+}  // namespace paddock::internal

@@ -1,0 +1,113 @@
+// File: src/redis/client.h
+// -----------------------------------------------------------------------------
+// `RedisClient`: runs the tier's scripts on Redis. Each call takes a pooled
+// connection, passes the circuit breaker, sends EVALSHA (reloading the
+// script and retrying once after NOSCRIPT) and returns the reply, all within
+// the I/O timeout; a transport failure flushes the pool and counts against
+// the breaker.
+
+#ifndef PADDOCK_SRC_REDIS_CLIENT_H_
+#define PADDOCK_SRC_REDIS_CLIENT_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "redis/address.h"
+#include "redis/circuit_breaker.h"
+#include "redis/connection.h"
+#include "redis/connection_pool.h"
+#include "redis/scripts.h"
+
+namespace paddock::internal {
+
+struct RedisClientConfig {
+  RedisAddress address;
+  absl::Duration io_timeout;
+  absl::Duration connect_timeout;
+  int pool_size = 1;
+  int breaker_failures = 1;
+  absl::Duration breaker_cooldown;
+};
+
+// Counters shared with the tier's stats. Relaxed atomics.
+struct RedisClientCounters {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> failures{0};
+  std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> script_loads{0};
+  std::atomic<uint64_t> bad_replies{0};
+};
+
+class RedisClient {
+ public:
+  // RedisClient::Connect()
+  //
+  // Opens a first connection (within `connect_timeout`) and loads every
+  // script (SCRIPT LOAD). Returns the connect's error, or the first
+  // script's.
+  static absl::StatusOr<std::unique_ptr<RedisClient>> Connect(
+      RedisClientConfig config);
+
+  // RedisClient::Eval()
+  //
+  // Runs `script` with `keys` and `args` and returns its reply; a Redis
+  // error reply becomes `absl::UnavailableError`. Blocks for at most the
+  // I/O timeout. Thread-safe.
+  absl::StatusOr<RedisReplyPtr> Eval(Script script,
+                                     absl::Span<const std::string_view> keys,
+                                     absl::Span<const std::string_view> args);
+
+  // RedisClient::Command()
+  //
+  // Runs one plain command, like Eval, but gives up at `deadline` if that
+  // comes before the I/O timeout.
+  absl::StatusOr<RedisReplyPtr> Command(absl::Span<const std::string_view> args,
+                                        absl::Time deadline);
+
+  // Counts a reply that the caller could not parse.
+  void CountBadReply() {
+    counters_.bad_replies.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  const RedisClientCounters& counters() const { return counters_; }
+  const CircuitBreaker& breaker() const { return breaker_; }
+  const RedisAddress& address() const { return config_.address; }
+
+ private:
+  explicit RedisClient(RedisClientConfig config);
+
+  // One call: breaker, connection, `run` on it, and the bookkeeping; done
+  // by the I/O timeout or `deadline`, whichever comes first.
+  template <typename Run>
+  absl::StatusOr<RedisReplyPtr> Call(const Run& run, absl::Time deadline);
+
+  // EVALSHA on `connection`, with SCRIPT LOAD and one retry after NOSCRIPT.
+  absl::StatusOr<RedisReplyPtr> EvalOn(RedisConnection& connection,
+                                       Script script,
+                                       absl::Span<const std::string_view> keys,
+                                       absl::Span<const std::string_view> args,
+                                       absl::Time deadline);
+  // SCRIPT LOAD on `connection`; checks the returned SHA1.
+  absl::Status LoadScript(RedisConnection& connection, Script script,
+                          absl::Time deadline);
+
+  const RedisClientConfig config_;
+  ConnectionPool pool_;
+  CircuitBreaker breaker_;
+  RedisClientCounters counters_;
+  // The scripts' SHA1s, as SCRIPT LOAD returned them at Connect. Written
+  // before the client is shared, read-only afterwards.
+  std::array<std::string, kScriptCount> shas_;
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_SRC_REDIS_CLIENT_H_

@@ -1,0 +1,248 @@
+// RedisConnection: hiredis's blocking API with a deadline per round trip.
+
+#include "redis/connection.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "paddock/clock.h"
+
+namespace paddock::internal {
+namespace {
+
+// hiredis writes with write(2): a peer that closed its end raises SIGPIPE,
+// whose default action kills the process. Blocks it on this thread for the
+// duration of a round trip and swallows one that the round trip raised, so
+// the write fails with EPIPE instead; the process's signal handling is left
+// alone.
+class ScopedSigpipeBlock {
+ public:
+  ScopedSigpipeBlock() {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &sigpipe_, &old_mask_);
+  }
+  ~ScopedSigpipeBlock() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec no_wait = {0, 0};
+        while (sigtimedwait(&sigpipe_, nullptr, &no_wait) == -1 &&
+               errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  ScopedSigpipeBlock(const ScopedSigpipeBlock&) = delete;
+  ScopedSigpipeBlock& operator=(const ScopedSigpipeBlock&) = delete;
+
+ private:
+  sigset_t sigpipe_;
+  sigset_t old_mask_;
+  bool was_pending_ = false;
+};
+
+// A timeval for SO_RCVTIMEO/SO_SNDTIMEO: at least a millisecond, since a zero
+// timeval would mean "no timeout".
+timeval SocketTimeout(absl::Duration d) {
+  if (d < absl::Milliseconds(1)) d = absl::Milliseconds(1);
+  const int64_t micros = absl::ToInt64Microseconds(d);
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(micros / 1000000);
+  tv.tv_usec = static_cast<suseconds_t>(micros % 1000000);
+  return tv;
+}
+
+bool IsTimeoutErrno(int e) {
+  return e == EAGAIN || e == EWOULDBLOCK || e == ETIMEDOUT || e == EINPROGRESS;
+}
+
+std::string Prefix(std::string_view address) {
+  return absl::StrCat("paddock::RedisTier: ",
+                      absl::string_view(address.data(), address.size()), ": ");
+}
+
+struct Argv {
+  explicit Argv(absl::Span<const std::string_view> args) {
+    pointers.reserve(args.size());
+    lengths.reserve(args.size());
+    for (std::string_view arg : args) {
+      pointers.push_back(arg.data());
+      lengths.push_back(arg.size());
+    }
+  }
+  int count() const { return static_cast<int>(pointers.size()); }
+  absl::InlinedVector<const char*, 16> pointers;
+  absl::InlinedVector<size_t, 16> lengths;
+};
+
+}  // namespace
+
+absl::Time MonotonicNow() { return SystemClock::Get()->Now(); }
+
+absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
+    const RedisAddress& address, absl::Duration timeout) {
+  const timeval tv = SocketTimeout(timeout);
+  redisContext* context =
+      address.is_unix()
+          ? redisConnectUnixWithTimeout(address.unix_path.c_str(), tv)
+          : redisConnectWithTimeout(address.host.c_str(), address.port, tv);
+  const int saved_errno = errno;
+  if (context == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(Prefix(address.text), "cannot allocate a connection"));
+  }
+  if (context->err != 0) {
+    const std::string reason = context->errstr;
+    const bool timed_out =
+        context->err == REDIS_ERR_IO && IsTimeoutErrno(saved_errno);
+    redisFree(context);
+    if (timed_out) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(Prefix(address.text), "connect timed out after ",
+                       absl::FormatDuration(timeout), " (", reason, ")"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat(Prefix(address.text), "cannot connect: ", reason));
+  }
+  return std::unique_ptr<RedisConnection>(
+      new RedisConnection(address, context));
+}
+
+RedisConnection::RedisConnection(const RedisAddress& address,
+                                 redisContext* context)
+    : address_(address.text), context_(context) {}
+
+RedisConnection::~RedisConnection() { redisFree(context_); }
+
+absl::Status RedisConnection::SetTimeout(absl::Time deadline) {
+  const absl::Duration remaining = deadline - MonotonicNow();
+  if (remaining <= absl::ZeroDuration()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(Prefix(address_), "I/O timeout before the call"));
+  }
+  if (redisSetTimeout(context_, SocketTimeout(remaining)) != REDIS_OK) {
+    return Fail(errno, "setting the socket timeout");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisConnection::Fail(int saved_errno, std::string_view during) {
+  broken_ = true;
+  const std::string what = absl::StrCat(
+      Prefix(address_), absl::string_view(during.data(), during.size()));
+  switch (context_->err) {
+    case REDIS_ERR_IO:
+      if (IsTimeoutErrno(saved_errno)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(what, ": no reply within the I/O timeout"));
+      }
+      return absl::UnavailableError(absl::StrCat(what, ": ", context_->errstr));
+    case REDIS_ERR_PROTOCOL:
+      return absl::DataLossError(
+          absl::StrCat(what, ": protocol error: ", context_->errstr));
+    case REDIS_ERR_EOF:
+      return absl::UnavailableError(
+          absl::StrCat(what, ": the server closed the connection"));
+    default:
+      return absl::UnavailableError(absl::StrCat(what, ": ", context_->errstr));
+  }
+}
+
+absl::StatusOr<RedisReplyPtr> RedisConnection::Command(
+    absl::Span<const std::string_view> args, absl::Time deadline) {
+  if (broken_) {
+    return absl::UnavailableError(
+        absl::StrCat(Prefix(address_), "connection is broken"));
+  }
+  if (absl::Status s = SetTimeout(deadline); !s.ok()) return s;
+  Argv argv(args);
+  void* reply = nullptr;
+  int saved_errno = 0;
+  {
+    ScopedSigpipeBlock no_sigpipe;
+    reply = redisCommandArgv(context_, argv.count(), argv.pointers.data(),
+                             argv.lengths.data());
+    saved_errno = errno;
+  }
+  if (reply == nullptr) return Fail(saved_errno, "command failed");
+  return RedisReplyPtr(static_cast<redisReply*>(reply));
+}
+
+absl::Status RedisConnection::Write(absl::Span<const std::string_view> args,
+                                    absl::Time deadline) {
+  if (broken_) {
+    return absl::UnavailableError(
+        absl::StrCat(Prefix(address_), "connection is broken"));
+  }
+  if (absl::Status s = SetTimeout(deadline); !s.ok()) return s;
+  Argv argv(args);
+  if (redisAppendCommandArgv(context_, argv.count(), argv.pointers.data(),
+                             argv.lengths.data()) != REDIS_OK) {
+    return Fail(errno, "formatting a command");
+  }
+  ScopedSigpipeBlock no_sigpipe;
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context_, &done) != REDIS_OK) {
+      return Fail(errno, "write failed");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisConnection::ReadAvailable() {
+  if (broken_) {
+    return absl::UnavailableError(
+        absl::StrCat(Prefix(address_), "connection is broken"));
+  }
+  if (redisBufferRead(context_) != REDIS_OK) return Fail(errno, "read failed");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RedisReplyPtr> RedisConnection::NextReply() {
+  void* reply = nullptr;
+  if (redisGetReplyFromReader(context_, &reply) != REDIS_OK) {
+    return Fail(errno, "bad reply");
+  }
+  return RedisReplyPtr(static_cast<redisReply*>(reply));
+}
+
+absl::Status RedisErrorReply(const RedisAddress& address,
+                             const redisReply& reply) {
+  return absl::UnavailableError(
+      absl::StrCat(Prefix(address.text),
+                   "Redis replied: ", absl::string_view(reply.str, reply.len)));
+}
+
+bool IsServerUnhealthyReply(const redisReply& reply) {
+  if (reply.type != REDIS_REPLY_ERROR || reply.str == nullptr) return false;
+  const absl::string_view message(reply.str, reply.len);
+  for (absl::string_view prefix :
+       {"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"}) {
+    if (absl::StartsWith(message, prefix)) return true;
+  }
+  return false;
+}
+
+}  // namespace paddock::internal

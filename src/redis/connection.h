@@ -1,0 +1,101 @@
+// File: src/redis/connection.h
+// -----------------------------------------------------------------------------
+// `RedisConnection`: one hiredis context with every round trip bounded by a
+// deadline, SIGPIPE kept away from the process, and hiredis's errors mapped
+// to absl statuses. Not thread-safe: one user at a time (the pool hands it
+// out).
+
+#ifndef PADDOCK_SRC_REDIS_CONNECTION_H_
+#define PADDOCK_SRC_REDIS_CONNECTION_H_
+
+#include <hiredis/hiredis.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "redis/address.h"
+
+namespace paddock::internal {
+
+// The monotonic clock every deadline of the tier is measured on.
+absl::Time MonotonicNow();
+
+struct RedisReplyDeleter {
+  void operator()(redisReply* reply) const { freeReplyObject(reply); }
+};
+using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
+
+class RedisConnection {
+ public:
+  // RedisConnection::Open()
+  //
+  // Connects within `timeout`. Returns `absl::UnavailableError` naming the
+  // address and the reason (refused, no such socket, unknown host), or
+  // `absl::DeadlineExceededError`.
+  static absl::StatusOr<std::unique_ptr<RedisConnection>> Open(
+      const RedisAddress& address, absl::Duration timeout);
+
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // RedisConnection::Command()
+  //
+  // Sends one command and reads its reply, both before `deadline`
+  // (`MonotonicNow()`'s clock). A Redis error reply is a reply, not an error
+  // status. Returns `absl::DeadlineExceededError` when the deadline passes,
+  // `absl::UnavailableError` when the connection is lost, and
+  // `absl::DataLossError` for a protocol error; after any of them the
+  // connection is broken.
+  absl::StatusOr<RedisReplyPtr> Command(absl::Span<const std::string_view> args,
+                                        absl::Time deadline);
+
+  // For a subscribed connection, which is read only when poll() says so:
+  // Write() sends a command without reading its reply; ReadAvailable() reads
+  // what the socket holds (once; it blocks if nothing is there); NextReply()
+  // returns the next complete reply already read, or null.
+  absl::Status Write(absl::Span<const std::string_view> args,
+                     absl::Time deadline);
+  absl::Status ReadAvailable();
+  absl::StatusOr<RedisReplyPtr> NextReply();
+
+  // The socket, for poll().
+  int fd() const { return context_->fd; }
+  // Whether an error left the connection unusable.
+  bool broken() const { return broken_; }
+
+  // The pool's mark: which flush generation the connection belongs to.
+  uint64_t generation() const { return generation_; }
+  void set_generation(uint64_t generation) { generation_ = generation; }
+
+ private:
+  RedisConnection(const RedisAddress& address, redisContext* context);
+
+  absl::Status SetTimeout(absl::Time deadline);
+  // Marks the connection broken and returns the status for its error.
+  absl::Status Fail(int saved_errno, std::string_view during);
+
+  const std::string address_;  // As written, for error messages.
+  redisContext* const context_;
+  bool broken_ = false;
+  uint64_t generation_ = 0;
+};
+
+// The status for a Redis error reply (type REDIS_REPLY_ERROR):
+// `absl::UnavailableError` with Redis's message.
+absl::Status RedisErrorReply(const RedisAddress& address,
+                             const redisReply& reply);
+
+// Whether an error reply says the server cannot serve now (busy running a
+// script, loading, no master...), which counts as a failure of the server.
+bool IsServerUnhealthyReply(const redisReply& reply);
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_SRC_REDIS_CONNECTION_H_

@@ -1,0 +1,101 @@
+// ConnectionPool.
+
+#include "redis/connection_pool.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace paddock::internal {
+
+ConnectionPool::ConnectionPool(RedisAddress address, int size,
+                               absl::Duration connect_timeout)
+    : address_(std::move(address)),
+      size_(size),
+      connect_timeout_(connect_timeout) {}
+
+ConnectionPool::~ConnectionPool() = default;
+
+absl::StatusOr<std::unique_ptr<RedisConnection>> ConnectionPool::Acquire(
+    absl::Time deadline, bool* connect_failed) {
+  *connect_failed = false;
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      if (!idle_.empty()) {
+        std::unique_ptr<RedisConnection> connection = std::move(idle_.back());
+        idle_.pop_back();
+        return connection;
+      }
+      if (open_ < size_) break;
+      const absl::Duration remaining = deadline - MonotonicNow();
+      if (remaining <= absl::ZeroDuration()) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("paddock::RedisTier: ", address_.text, ": all ", size_,
+                         " connections stayed busy for the I/O timeout"));
+      }
+      returned_.WaitWithTimeout(&mu_, remaining);
+    }
+    ++open_;
+    generation = generation_;
+  }
+  // Connect without the lock: other callers may use idle connections
+  // meanwhile.
+  const absl::Duration timeout =
+      std::min(connect_timeout_, deadline - MonotonicNow());
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      timeout > absl::ZeroDuration()
+          ? RedisConnection::Open(address_, timeout)
+          : absl::DeadlineExceededError(
+                absl::StrCat("paddock::RedisTier: ", address_.text,
+                             ": I/O timeout before connecting"));
+  if (!connection.ok()) {
+    *connect_failed = true;
+    absl::MutexLock lock(&mu_);
+    --open_;
+    returned_.Signal();
+    return connection.status();
+  }
+  (*connection)->set_generation(generation);
+  return connection;
+}
+
+void ConnectionPool::Return(std::unique_ptr<RedisConnection> connection) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!connection->broken() && connection->generation() == generation_) {
+      idle_.push_back(std::move(connection));
+    } else {
+      --open_;
+    }
+    returned_.Signal();
+  }
+  // A connection not kept is closed here, outside the lock.
+}
+
+void ConnectionPool::Adopt(std::unique_ptr<RedisConnection> connection) {
+  absl::MutexLock lock(&mu_);
+  if (open_ >= size_) return;
+  ++open_;
+  connection->set_generation(generation_);
+  idle_.push_back(std::move(connection));
+  returned_.Signal();
+}
+
+void ConnectionPool::Flush() {
+  std::vector<std::unique_ptr<RedisConnection>> closing;
+  {
+    absl::MutexLock lock(&mu_);
+    ++generation_;
+    closing.swap(idle_);
+    open_ -= static_cast<int>(closing.size());
+    returned_.SignalAll();
+  }
+}
+
+}  // namespace paddock::internal

@@ -1,0 +1,82 @@
+// File: src/redis/lease_keeper.h
+// -----------------------------------------------------------------------------
+// `LeaseKeeper`: keeps the leases this process holds alive while it loads.
+// A background thread extends each lease every half period, for at most the
+// `hold_for` its holder asked for, until the holder fills or releases it; a
+// lease found lost (taken over, or deleted by a Put or Invalidate) is
+// dropped. If the process dies, the extensions stop and the lease lapses
+// within one period.
+
+#ifndef PADDOCK_SRC_REDIS_LEASE_KEEPER_H_
+#define PADDOCK_SRC_REDIS_LEASE_KEEPER_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace paddock::internal {
+
+class LeaseKeeper {
+ public:
+  // Extends the lease `token` of `key` to expire `period` from now. Returns
+  // whether `token` still held it.
+  using Extend = absl::AnyInvocable<absl::StatusOr<bool>(
+      const std::string& key, const std::string& token, absl::Duration period)>;
+
+  // Starts the thread. `lease_for` is the lease period.
+  LeaseKeeper(absl::Duration lease_for, Extend extend);
+  // Stops the thread; the leases it kept lapse on their own.
+  ~LeaseKeeper();
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  // LeaseKeeper::Hold()
+  //
+  // Keeps the lease `token` of `key`, granted just now, alive for
+  // `hold_for` from now (nothing if `hold_for` <= 0). Thread-safe.
+  void Hold(std::string key, std::string token, absl::Duration hold_for)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // LeaseKeeper::Forget()
+  //
+  // Stops extending `token` (filled or released). Thread-safe.
+  void Forget(std::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Leases being kept now. Thread-safe.
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Successful extensions so far. Thread-safe.
+  uint64_t extensions() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Held {
+    std::string key;
+    absl::Time hold_until;  // MonotonicNow()'s clock.
+    absl::Time next_extend;
+  };
+
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const absl::Duration lease_for_;
+  Extend extend_;  // Called on the thread only.
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  absl::flat_hash_map<std::string, Held> held_
+      ABSL_GUARDED_BY(mu_);  // By token.
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t extensions_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread thread_;  // Last: starts after everything above exists.
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_SRC_REDIS_LEASE_KEEPER_H_

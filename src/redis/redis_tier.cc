@@ -1,0 +1,423 @@
+// RedisTier: the SharedTier operations on top of the client, the change feed
+// and the lease keeper; and RedisOptions::Validate.
+
+#include <hiredis/hiredis.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "paddock/redis.h"
+#include "paddock/shared_tier.h"
+#include "redis/address.h"
+#include "redis/change_feed.h"
+#include "redis/change_log.h"
+#include "redis/client.h"
+#include "redis/connection.h"
+#include "redis/lease_keeper.h"
+#include "redis/protocol.h"
+#include "redis/scripts.h"
+#include "redis/subscriber_hub.h"
+
+namespace paddock {
+namespace internal {
+
+// Everything a RedisTier owns. Members are destroyed in reverse order: the
+// threads (keeper, feed) stop before the client they call goes away.
+class RedisTierState {
+ public:
+  RedisTierState(const RedisOptions& options, std::unique_ptr<RedisClient> c)
+      : options(options),
+        channel(ChangeChannel(options.key_prefix)),
+        client(std::move(c)),
+        hub(std::make_shared<SubscriberHub>()) {}
+
+  const RedisOptions options;
+  const std::string channel;
+  std::atomic<uint64_t> bad_records{0};
+  const std::unique_ptr<RedisClient> client;
+  ChangeLog log;
+  const std::shared_ptr<SubscriberHub> hub;
+  std::unique_ptr<ChangeFeed> feed;
+  std::unique_ptr<LeaseKeeper> keeper;
+};
+
+}  // namespace internal
+
+namespace {
+
+using internal::ChangeKind;
+using internal::ChangeLog;
+using internal::RedisReplyPtr;
+using internal::Script;
+
+absl::Status Invalid(const char* field, const char* rule,
+                     const std::string& got) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "paddock::RedisOptions: ", field, " must be ", rule, ", got ", got));
+}
+
+absl::Status CheckDuration(const char* field, absl::Duration d) {
+  if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+    return Invalid(field, "> 0 and finite", absl::FormatDuration(d));
+  }
+  return absl::OkStatus();
+}
+
+// A lease token or a record version: the process id and 128 random bits, so
+// that a forked child (which inherits this thread's generator) never repeats
+// its parent's.
+std::string NewUniqueId() {
+  thread_local absl::BitGen bits;
+  return absl::StrCat(
+      absl::Hex(getpid()), ".",
+      absl::Hex(absl::Uniform<uint64_t>(bits), absl::kZeroPad16),
+      absl::Hex(absl::Uniform<uint64_t>(bits), absl::kZeroPad16));
+}
+
+// What this thread's last Lookup saw, for AwaitChange: the change-log
+// sequence before it was sent, and the lease holder's token if another held
+// it.
+struct LastLookup {
+  const void* tier = nullptr;
+  size_t key_hash = 0;
+  uint64_t since = 0;
+  std::optional<std::string> holder;
+};
+thread_local LastLookup last_lookup;
+
+size_t KeyHash(std::string_view key) {
+  return std::hash<std::string_view>{}(key);
+}
+
+absl::StatusOr<int64_t> IntegerResult(internal::RedisClient& client,
+                                      absl::StatusOr<RedisReplyPtr> reply) {
+  if (!reply.ok()) return reply.status();
+  absl::StatusOr<int64_t> value = internal::ParseIntegerReply(**reply);
+  if (!value.ok()) client.CountBadReply();
+  return value;
+}
+
+}  // namespace
+
+absl::Status RedisOptions::Validate() const {
+  if (absl::StatusOr<internal::RedisAddress> parsed =
+          internal::ParseRedisAddress(address);
+      !parsed.ok()) {
+    return parsed.status();
+  }
+  if (key_prefix.find_first_of("{}") != std::string::npos) {
+    return Invalid("key_prefix", "free of '{' and '}' (keys use hash tags)",
+                   absl::StrCat("\"", key_prefix, "\""));
+  }
+  for (const auto& [field, d] :
+       {std::pair<const char*, absl::Duration>{"io_timeout", io_timeout},
+        {"connect_timeout", connect_timeout},
+        {"lease_for", lease_for},
+        {"breaker_cooldown", breaker_cooldown},
+        {"poll_interval", poll_interval},
+        {"health_check_interval", health_check_interval}}) {
+    if (absl::Status s = CheckDuration(field, d); !s.ok()) return s;
+  }
+  if (max_value_bytes < 1) return Invalid("max_value_bytes", ">= 1", "0");
+  if (pool_size < 1) {
+    return Invalid("pool_size", ">= 1", absl::StrCat(pool_size));
+  }
+  if (breaker_failures < 1) {
+    return Invalid("breaker_failures", ">= 1", absl::StrCat(breaker_failures));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::Connect(
+    const RedisOptions& options) {
+  // The threads' creation is the one thing here that could throw.
+  try {
+    return ConnectOrThrow(options);
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("paddock::RedisTier: cannot start a thread: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
+    const RedisOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  absl::StatusOr<internal::RedisAddress> address =
+      internal::ParseRedisAddress(options.address);
+  if (!address.ok()) return address.status();
+
+  absl::StatusOr<std::unique_ptr<internal::RedisClient>> client =
+      internal::RedisClient::Connect(internal::RedisClientConfig{
+          .address = *address,
+          .io_timeout = options.io_timeout,
+          .connect_timeout = options.connect_timeout,
+          .pool_size = options.pool_size,
+          .breaker_failures = options.breaker_failures,
+          .breaker_cooldown = options.breaker_cooldown,
+      });
+  if (!client.ok()) return client.status();
+
+  auto state =
+      std::make_unique<internal::RedisTierState>(options, *std::move(client));
+  internal::RedisTierState* s = state.get();
+  s->feed = std::make_unique<internal::ChangeFeed>(
+      internal::ChangeFeedConfig{
+          .address = *address,
+          .channel = s->channel,
+          .connect_timeout = options.connect_timeout,
+          .io_timeout = options.io_timeout,
+          .health_check_interval = options.health_check_interval,
+      },
+      &s->log, s->hub);
+  if (absl::Status started = s->feed->Start(); !started.ok()) return started;
+  s->keeper = std::make_unique<internal::LeaseKeeper>(
+      options.lease_for,
+      [s](const std::string& key, const std::string& token,
+          absl::Duration period) -> absl::StatusOr<bool> {
+        const std::string lease_key =
+            internal::LeaseKey(s->options.key_prefix, key);
+        const std::string millis = internal::DurationToMillis(period);
+        const std::string_view keys[] = {lease_key};
+        const std::string_view args[] = {token, millis};
+        absl::StatusOr<int64_t> held = IntegerResult(
+            *s->client, s->client->Eval(Script::kExtend, keys, args));
+        if (!held.ok()) return held.status();
+        return *held == 1;
+      });
+  return std::shared_ptr<RedisTier>(new RedisTier(std::move(state)));
+}
+
+RedisTier::RedisTier(std::unique_ptr<internal::RedisTierState> state)
+    : state_(std::move(state)) {}
+
+RedisTier::~RedisTier() = default;
+
+absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
+                                               std::string_view have_version,
+                                               absl::Duration hold_for) {
+  internal::RedisTierState& s = *state_;
+  const std::string token = NewUniqueId();
+  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+  const std::string lease_ms = internal::DurationToMillis(s.options.lease_for);
+
+  // Before sending: a change announced after this point wakes AwaitChange.
+  last_lookup = LastLookup{.tier = this,
+                           .key_hash = KeyHash(key),
+                           .since = s.log.sequence(),
+                           .holder = std::nullopt};
+
+  const std::string_view keys[] = {record_key, lease_key};
+  const std::string_view args[] = {have_version, token, lease_ms};
+  absl::StatusOr<RedisReplyPtr> reply =
+      s.client->Eval(Script::kLookup, keys, args);
+  if (!reply.ok()) return reply.status();
+  absl::StatusOr<internal::ParsedLookup> parsed =
+      internal::ParseLookupReply(**reply);
+  if (!parsed.ok()) {
+    s.client->CountBadReply();
+    return parsed.status();
+  }
+  if (parsed->bad_record) s.bad_records.fetch_add(1, std::memory_order_relaxed);
+
+  SharedLookup& lookup = parsed->lookup;
+  switch (lookup.lease) {
+    case SharedLookup::Lease::kGranted:
+      lookup.lease_token = token;
+      s.keeper->Hold(std::string(key), token, hold_for);
+      break;
+    case SharedLookup::Lease::kHeldElsewhere:
+      last_lookup.holder = std::move(parsed->holder);
+      break;
+    case SharedLookup::Lease::kNotNeeded:
+      break;
+  }
+  return std::move(lookup);
+}
+
+absl::StatusOr<bool> RedisTier::Fill(std::string_view key,
+                                     std::string_view lease_token,
+                                     const SharedFill& fill) {
+  internal::RedisTierState& s = *state_;
+  s.keeper->Forget(lease_token);
+  const size_t bytes = internal::PayloadBytes(fill);
+  if (bytes > s.options.max_value_bytes) {
+    // Give the lease up, so that others need not wait for it to lapse.
+    (void)Release(key, lease_token);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "paddock::RedisTier: a fill of ", bytes,
+        " bytes is over max_value_bytes (", s.options.max_value_bytes,
+        "); stored nothing and released the lease"));
+  }
+  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+  const std::string message =
+      internal::EncodeChangeMessage(ChangeKind::kFill, 0, key);
+  const std::vector<std::string> record =
+      internal::RecordArgs(fill, NewUniqueId());
+
+  const std::string_view keys[] = {record_key, lease_key};
+  std::vector<std::string_view> args = {lease_token, s.channel, message};
+  args.insert(args.end(), record.begin(), record.end());
+  absl::StatusOr<int64_t> stored =
+      IntegerResult(*s.client, s.client->Eval(Script::kFill, keys, args));
+  if (!stored.ok()) return stored.status();
+  if (*stored == 1) s.log.Record(key);
+  return *stored == 1;
+}
+
+absl::Status RedisTier::Release(std::string_view key,
+                                std::string_view lease_token) {
+  internal::RedisTierState& s = *state_;
+  s.keeper->Forget(lease_token);
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+  const std::string message =
+      internal::EncodeChangeMessage(ChangeKind::kRelease, 0, key);
+  const std::string_view keys[] = {lease_key};
+  const std::string_view args[] = {lease_token, s.channel, message};
+  absl::StatusOr<int64_t> released =
+      IntegerResult(*s.client, s.client->Eval(Script::kRelease, keys, args));
+  if (!released.ok()) return released.status();
+  if (*released == 1) s.log.Record(key);
+  return absl::OkStatus();
+}
+
+absl::Status RedisTier::Put(std::string_view key, const SharedFill& fill,
+                            uint64_t origin) {
+  internal::RedisTierState& s = *state_;
+  const size_t bytes = internal::PayloadBytes(fill);
+  if (bytes > s.options.max_value_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("paddock::RedisTier: a put of ", bytes,
+                     " bytes is over max_value_bytes (",
+                     s.options.max_value_bytes, "); stored nothing"));
+  }
+  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+  const std::string message =
+      internal::EncodeChangeMessage(ChangeKind::kPut, origin, key);
+  const std::vector<std::string> record =
+      internal::RecordArgs(fill, NewUniqueId());
+
+  const std::string_view keys[] = {record_key, lease_key};
+  std::vector<std::string_view> args = {s.channel, message};
+  args.insert(args.end(), record.begin(), record.end());
+  absl::StatusOr<int64_t> stored =
+      IntegerResult(*s.client, s.client->Eval(Script::kPut, keys, args));
+  if (!stored.ok()) return stored.status();
+  s.log.Record(key);
+  return absl::OkStatus();
+}
+
+absl::Status RedisTier::Invalidate(std::string_view key, uint64_t origin) {
+  internal::RedisTierState& s = *state_;
+  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+  const std::string message =
+      internal::EncodeChangeMessage(ChangeKind::kInvalidate, origin, key);
+  const std::string_view keys[] = {record_key, lease_key};
+  const std::string_view args[] = {s.channel, message};
+  absl::StatusOr<int64_t> deleted =
+      IntegerResult(*s.client, s.client->Eval(Script::kInvalidate, keys, args));
+  if (!deleted.ok()) return deleted.status();
+  s.log.Record(key);
+  return absl::OkStatus();
+}
+
+bool RedisTier::AwaitChange(std::string_view key, absl::Duration timeout) {
+  internal::RedisTierState& s = *state_;
+  const absl::Time deadline =
+      internal::MonotonicNow() + std::max(timeout, absl::ZeroDuration());
+  const bool after_lookup =
+      last_lookup.tier == this && last_lookup.key_hash == KeyHash(key);
+  const uint64_t since = after_lookup ? last_lookup.since : s.log.sequence();
+  // The lease holder we wait for, when known; polling compares with it.
+  std::optional<std::string> holder =
+      after_lookup ? last_lookup.holder : std::nullopt;
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+
+  while (true) {
+    switch (s.log.WaitForChange(key, since, deadline,
+                                /*return_if_disconnected=*/true)) {
+      case ChangeLog::Wait::kChanged:
+        return true;
+      case ChangeLog::Wait::kTimedOut:
+        return false;
+      case ChangeLog::Wait::kDisconnected:
+        break;
+    }
+    // No messages arrive: look at the lease itself, if a round trip fits
+    // before the deadline (one cut short would count against the breaker).
+    absl::StatusOr<RedisReplyPtr> reply =
+        absl::DeadlineExceededError("no time left to poll");
+    if (deadline - internal::MonotonicNow() >= s.options.io_timeout) {
+      const std::string_view get[] = {"GET", lease_key};
+      reply = s.client->Command(get, deadline);
+    }
+    if (reply.ok()) {
+      absl::StatusOr<std::optional<std::string>> lease =
+          internal::ParseLeaseReply(**reply);
+      if (lease.ok()) {
+        if (!lease->has_value()) return true;  // Filled, released or lapsed.
+        if (holder.has_value() && **lease != *holder) return true;
+        holder = **lease;
+      }
+    }
+    const absl::Time next_poll =
+        std::min(deadline, internal::MonotonicNow() + s.options.poll_interval);
+    if (s.log.WaitForChange(key, since, next_poll,
+                            /*return_if_disconnected=*/false) ==
+        ChangeLog::Wait::kChanged) {
+      return true;
+    }
+    if (internal::MonotonicNow() >= deadline) return false;
+  }
+}
+
+std::unique_ptr<SharedTier::Subscription> RedisTier::Subscribe(
+    Subscriber* subscriber) {
+  return state_->hub->Subscribe(subscriber);
+}
+
+size_t RedisTier::max_value_bytes() const {
+  return state_->options.max_value_bytes;
+}
+
+bool RedisTier::subscribed() const { return state_->log.connected(); }
+
+const RedisOptions& RedisTier::options() const { return state_->options; }
+
+RedisTierStats RedisTier::stats() const {
+  const internal::RedisTierState& s = *state_;
+  const internal::RedisClientCounters& c = s.client->counters();
+  RedisTierStats stats;
+  stats.calls = c.calls.load(std::memory_order_relaxed);
+  stats.failures = c.failures.load(std::memory_order_relaxed);
+  stats.timeouts = c.timeouts.load(std::memory_order_relaxed);
+  stats.breaker_rejections = s.client->breaker().rejections();
+  stats.breaker_opens = s.client->breaker().opens();
+  stats.script_loads = c.script_loads.load(std::memory_order_relaxed);
+  stats.bad_records = s.bad_records.load(std::memory_order_relaxed);
+  stats.bad_replies = c.bad_replies.load(std::memory_order_relaxed);
+  stats.leases_extended = s.keeper->extensions();
+  stats.subscription_losses = s.feed->losses();
+  stats.notifications = s.feed->messages();
+  return stats;
+}
+
+}  // namespace paddock

@@ -1,0 +1,41 @@
+// File: src/redis/scripts.h
+// -----------------------------------------------------------------------------
+// The Lua scripts the Redis tier runs, one per operation. Each runs
+// atomically on the server and reads the time from Redis (TIME), never from
+// the caller. docs/fleet.md walks through them.
+
+#ifndef PADDOCK_SRC_REDIS_SCRIPTS_H_
+#define PADDOCK_SRC_REDIS_SCRIPTS_H_
+
+#include <string>
+
+namespace paddock::internal {
+
+enum class Script {
+  // KEYS: record, lease. ARGV: have_version, new token, lease period (ms).
+  // Returns the lookup reply (protocol.cc).
+  kLookup,
+  // KEYS: record, lease. ARGV: token, channel, message, record args.
+  // Returns 1 if stored, 0 if the token no longer holds the lease.
+  kFill,
+  // KEYS: lease. ARGV: token, channel, message. Returns 1 or 0 (not held).
+  kRelease,
+  // KEYS: lease. ARGV: token, period (ms). Returns 1 or 0 (not held).
+  kExtend,
+  // KEYS: record, lease. ARGV: channel, message, record args. Returns 1.
+  kPut,
+  // KEYS: record, lease. ARGV: channel, message. Returns keys deleted.
+  kInvalidate,
+};
+
+inline constexpr int kScriptCount = 6;
+
+// The script's Lua source.
+const std::string& ScriptSource(Script script);
+
+// A short name for messages ("lookup", "fill", ...).
+const char* ScriptName(Script script);
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_SRC_REDIS_SCRIPTS_H_

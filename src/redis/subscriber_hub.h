@@ -1,0 +1,71 @@
+// File: src/redis/subscriber_hub.h
+// -----------------------------------------------------------------------------
+// `SubscriberHub`: the subscriptions of one tier and the delivery of their
+// callbacks. Callbacks run on the delivering thread, one at a time per
+// subscription; a subscription's destructor waits for its callback in
+// progress (unless called from that callback). Shared with the
+// subscriptions, so that either may outlive the other.
+
+#ifndef PADDOCK_SRC_REDIS_SUBSCRIBER_HUB_H_
+#define PADDOCK_SRC_REDIS_SUBSCRIBER_HUB_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "paddock/shared_tier.h"
+
+namespace paddock::internal {
+
+class SubscriberHub : public std::enable_shared_from_this<SubscriberHub> {
+ public:
+  // SubscriberHub::Subscribe()
+  //
+  // Adds `subscriber` under a new id: random bits mixed with the process
+  // id, never 0. Thread-safe.
+  std::unique_ptr<SharedTier::Subscription> Subscribe(
+      SharedTier::Subscriber* subscriber) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // SubscriberHub::DeliverInvalidate()
+  //
+  // Calls OnInvalidate(key) on every subscription but `origin`. Call from
+  // one thread at a time.
+  void DeliverInvalidate(std::string_view key, uint64_t origin)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // SubscriberHub::DeliverMissed()
+  //
+  // Calls OnMissedInvalidations() on every subscription. Call from one
+  // thread at a time.
+  void DeliverMissed() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The number of subscriptions. Thread-safe.
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry;
+  class SubscriptionImpl;
+  using Entries = std::vector<std::shared_ptr<Entry>>;
+
+  // Runs `callback(subscriber)` on each live entry but `skip`'s.
+  template <typename Callback>
+  void Deliver(uint64_t skip, const Callback& callback)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(const Entry* entry) ABSL_LOCKS_EXCLUDED(mu_);
+
+  mutable absl::Mutex mu_;
+  // Copied on write: delivery takes a snapshot without blocking Subscribe.
+  std::shared_ptr<const Entries> entries_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<const Entries>();
+};
+
+// A subscription id: 64 random bits mixed with the process id, never 0.
+uint64_t NewSubscriptionId();
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_SRC_REDIS_SUBSCRIBER_HUB_H_

@@ -1,0 +1,330 @@
+// The Redis tier's moving parts without a server: the circuit breaker (on a
+// ManualClock), the change log behind AwaitChange, the lease keeper (with a
+// fake Redis), and the subscriber hub.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "paddock/clock.h"
+#include "paddock/shared_tier.h"
+#include "redis/change_log.h"
+#include "redis/circuit_breaker.h"
+#include "redis/connection.h"
+#include "redis/lease_keeper.h"
+#include "redis/subscriber_hub.h"
+
+namespace paddock::internal {
+namespace {
+
+using ::testing::ElementsAre;
+using Outcome = CircuitBreaker::Outcome;
+
+// ---- CircuitBreaker ---------------------------------------------------------
+
+TEST(CircuitBreakerTest, OpensAfterConsecutiveFailuresOnly) {
+  ManualClock clock;
+  CircuitBreaker breaker(3, absl::Seconds(1), &clock);
+  for (int i = 0; i < 10; ++i) {
+    // Two failures, then a success: never three in a row.
+    for (Outcome o :
+         {Outcome::kFailure, Outcome::kFailure, Outcome::kSuccess}) {
+      const CircuitBreaker::Ticket t = breaker.Admit();
+      ASSERT_TRUE(t.admitted);
+      EXPECT_FALSE(t.probe);
+      breaker.Report(t, o);
+    }
+  }
+  EXPECT_FALSE(breaker.open());
+  for (int i = 0; i < 3; ++i)
+    breaker.Report(breaker.Admit(), Outcome::kFailure);
+  EXPECT_TRUE(breaker.open());
+  EXPECT_EQ(breaker.opens(), 1u);
+  EXPECT_FALSE(breaker.Admit().admitted);
+  EXPECT_FALSE(breaker.Admit().admitted);
+  EXPECT_EQ(breaker.rejections(), 2u);
+}
+
+TEST(CircuitBreakerTest, ProbesOnceAfterTheCooldownAndCloses) {
+  ManualClock clock;
+  CircuitBreaker breaker(1, absl::Seconds(1), &clock);
+  breaker.Report(breaker.Admit(), Outcome::kFailure);
+  ASSERT_TRUE(breaker.open());
+  clock.Advance(absl::Milliseconds(999));
+  EXPECT_FALSE(breaker.Admit().admitted);
+  clock.Advance(absl::Milliseconds(1));
+  const CircuitBreaker::Ticket probe = breaker.Admit();
+  ASSERT_TRUE(probe.admitted);
+  EXPECT_TRUE(probe.probe);
+  // One probe at a time.
+  EXPECT_FALSE(breaker.Admit().admitted);
+  breaker.Report(probe, Outcome::kSuccess);
+  EXPECT_FALSE(breaker.open());
+  EXPECT_TRUE(breaker.Admit().admitted);
+}
+
+TEST(CircuitBreakerTest, AFailedProbeReopensForAnotherCooldown) {
+  ManualClock clock;
+  CircuitBreaker breaker(2, absl::Seconds(1), &clock);
+  breaker.Report(breaker.Admit(), Outcome::kFailure);
+  breaker.Report(breaker.Admit(), Outcome::kFailure);
+  clock.Advance(absl::Seconds(1));
+  const CircuitBreaker::Ticket probe = breaker.Admit();
+  ASSERT_TRUE(probe.probe);
+  breaker.Report(probe, Outcome::kFailure);
+  EXPECT_EQ(breaker.opens(), 2u);
+  clock.Advance(absl::Milliseconds(500));
+  EXPECT_FALSE(breaker.Admit().admitted);
+  clock.Advance(absl::Milliseconds(500));
+  EXPECT_TRUE(breaker.Admit().probe);
+}
+
+TEST(CircuitBreakerTest, ANeutralProbeLetsTheNextCallProbe) {
+  ManualClock clock;
+  CircuitBreaker breaker(1, absl::Seconds(1), &clock);
+  breaker.Report(breaker.Admit(), Outcome::kFailure);
+  clock.Advance(absl::Seconds(1));
+  const CircuitBreaker::Ticket probe = breaker.Admit();
+  ASSERT_TRUE(probe.probe);
+  breaker.Report(probe, Outcome::kNeutral);
+  EXPECT_TRUE(breaker.Admit().probe);
+}
+
+TEST(CircuitBreakerTest, AProbeThatNeverReportsIsReplacedAfterACooldown) {
+  ManualClock clock;
+  CircuitBreaker breaker(1, absl::Seconds(1), &clock);
+  breaker.Report(breaker.Admit(), Outcome::kFailure);
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(breaker.Admit().probe);  // Lost: never reports.
+  EXPECT_FALSE(breaker.Admit().admitted);
+  clock.Advance(absl::Seconds(1));
+  EXPECT_TRUE(breaker.Admit().probe);
+}
+
+TEST(CircuitBreakerTest, ALateSuccessOfAnOldCallCloses) {
+  ManualClock clock;
+  CircuitBreaker breaker(1, absl::Seconds(1), &clock);
+  const CircuitBreaker::Ticket slow = breaker.Admit();
+  breaker.Report(breaker.Admit(), Outcome::kFailure);
+  ASSERT_TRUE(breaker.open());
+  breaker.Report(slow, Outcome::kSuccess);  // The server answered after all.
+  EXPECT_FALSE(breaker.open());
+}
+
+// ---- ChangeLog --------------------------------------------------------------
+
+absl::Time In(absl::Duration d) { return MonotonicNow() + d; }
+
+TEST(ChangeLogTest, SeesChangesOfItsKeySinceTheGivenSequence) {
+  ChangeLog log;
+  log.SetConnected(true);
+  const uint64_t since = log.sequence();
+  log.Record("other");
+  EXPECT_EQ(log.WaitForChange("k", since, In(absl::ZeroDuration()), true),
+            ChangeLog::Wait::kTimedOut);
+  log.Record("k");
+  EXPECT_EQ(log.WaitForChange("k", since, In(absl::ZeroDuration()), true),
+            ChangeLog::Wait::kChanged);
+  EXPECT_EQ(
+      log.WaitForChange("k", log.sequence(), In(absl::ZeroDuration()), true),
+      ChangeLog::Wait::kTimedOut);
+}
+
+TEST(ChangeLogTest, WakesAWaiter) {
+  ChangeLog log;
+  log.SetConnected(true);
+  const uint64_t since = log.sequence();
+  std::thread writer([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    log.Record("k");
+  });
+  EXPECT_EQ(log.WaitForChange("k", since, In(absl::Seconds(30)), true),
+            ChangeLog::Wait::kChanged);
+  writer.join();
+}
+
+TEST(ChangeLogTest, AWaiterTooFarBehindIsToldChanged) {
+  ChangeLog log;
+  log.SetConnected(true);
+  const uint64_t since = log.sequence();
+  for (int i = 0; i < 5000; ++i) log.Record("other");
+  EXPECT_EQ(log.WaitForChange("k", since, In(absl::ZeroDuration()), true),
+            ChangeLog::Wait::kChanged);
+}
+
+TEST(ChangeLogTest, DisconnectionIsReportedAndReconnectionIsAChange) {
+  ChangeLog log;
+  EXPECT_FALSE(log.connected());
+  EXPECT_EQ(log.WaitForChange("k", log.sequence(), In(absl::Seconds(30)), true),
+            ChangeLog::Wait::kDisconnected);
+  const uint64_t since = log.sequence();
+  EXPECT_EQ(log.WaitForChange("k", since, In(absl::Milliseconds(10)), false),
+            ChangeLog::Wait::kTimedOut);
+  log.SetConnected(true);  // Messages may have been lost meanwhile.
+  EXPECT_EQ(log.WaitForChange("k", since, In(absl::ZeroDuration()), true),
+            ChangeLog::Wait::kChanged);
+}
+
+// ---- LeaseKeeper ------------------------------------------------------------
+
+// A fake Redis for the keeper: counts extensions, answers as told.
+struct FakeLeases {
+  std::mutex mu;
+  std::vector<absl::Duration> periods;
+  absl::StatusOr<bool> answer = true;
+
+  LeaseKeeper::Extend Extend() {
+    return [this](const std::string& key, const std::string& token,
+                  absl::Duration period) -> absl::StatusOr<bool> {
+      EXPECT_EQ(key, "k");
+      EXPECT_EQ(token, "t");
+      std::lock_guard<std::mutex> lock(mu);
+      periods.push_back(period);
+      return answer;
+    };
+  }
+  size_t calls() {
+    std::lock_guard<std::mutex> lock(mu);
+    return periods.size();
+  }
+};
+
+bool Eventually(const std::function<bool()>& condition) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!condition()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
+TEST(LeaseKeeperTest, ExtendsUntilForgotten) {
+  FakeLeases fake;
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  keeper.Hold("k", "t", absl::Seconds(60));
+  EXPECT_EQ(keeper.size(), 1u);
+  ASSERT_TRUE(Eventually([&] { return fake.calls() >= 3; }));
+  EXPECT_GE(keeper.extensions(), 2u);
+  keeper.Forget("t");
+  EXPECT_EQ(keeper.size(), 0u);
+  const size_t calls = fake.calls();
+  absl::SleepFor(absl::Milliseconds(200));
+  // At most one extension was already under way when Forget ran.
+  EXPECT_LE(fake.calls(), calls + 1);
+  std::lock_guard<std::mutex> lock(fake.mu);
+  for (absl::Duration period : fake.periods) {
+    EXPECT_EQ(period, absl::Milliseconds(40));
+  }
+}
+
+TEST(LeaseKeeperTest, StopsAtHoldForAndNeverExtendsPastIt) {
+  FakeLeases fake;
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  const absl::Time held_at = MonotonicNow();
+  keeper.Hold("k", "t", absl::Milliseconds(150));
+  ASSERT_TRUE(Eventually([&] { return keeper.size() == 0; }));
+  EXPECT_GE(MonotonicNow() - held_at, absl::Milliseconds(150));
+  std::lock_guard<std::mutex> lock(fake.mu);
+  for (absl::Duration period : fake.periods) {
+    EXPECT_LE(period, absl::Milliseconds(40));
+  }
+}
+
+TEST(LeaseKeeperTest, DropsALostLease) {
+  FakeLeases fake;
+  fake.answer = false;
+  LeaseKeeper keeper(absl::Milliseconds(20), fake.Extend());
+  keeper.Hold("k", "t", absl::Seconds(60));
+  ASSERT_TRUE(Eventually([&] { return keeper.size() == 0; }));
+  EXPECT_EQ(fake.calls(), 1u);
+  EXPECT_EQ(keeper.extensions(), 0u);
+}
+
+TEST(LeaseKeeperTest, RetriesAfterAnError) {
+  FakeLeases fake;
+  fake.answer = absl::UnavailableError("down");
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  keeper.Hold("k", "t", absl::Seconds(60));
+  ASSERT_TRUE(Eventually([&] { return fake.calls() >= 3; }));
+  EXPECT_EQ(keeper.size(), 1u);
+}
+
+TEST(LeaseKeeperTest, HoldsNothingForAZeroHold) {
+  FakeLeases fake;
+  LeaseKeeper keeper(absl::Milliseconds(20), fake.Extend());
+  keeper.Hold("k", "t", absl::ZeroDuration());
+  EXPECT_EQ(keeper.size(), 0u);
+}
+
+// ---- SubscriberHub ----------------------------------------------------------
+
+struct Recorder : SharedTier::Subscriber {
+  std::vector<std::string> keys;
+  int missed = 0;
+  void OnInvalidate(std::string_view key) override { keys.emplace_back(key); }
+  void OnMissedInvalidations() override { ++missed; }
+};
+
+TEST(SubscriberHubTest, DeliversToAllButTheOrigin) {
+  auto hub = std::make_shared<SubscriberHub>();
+  Recorder a, b;
+  auto sub_a = hub->Subscribe(&a);
+  auto sub_b = hub->Subscribe(&b);
+  EXPECT_EQ(hub->size(), 2u);
+  hub->DeliverInvalidate("k1", sub_a->id());
+  hub->DeliverInvalidate("k2", 0);
+  hub->DeliverMissed();
+  EXPECT_THAT(a.keys, ElementsAre("k2"));
+  EXPECT_THAT(b.keys, ElementsAre("k1", "k2"));
+  EXPECT_EQ(a.missed, 1);
+  EXPECT_EQ(b.missed, 1);
+  sub_a.reset();
+  EXPECT_EQ(hub->size(), 1u);
+  hub->DeliverInvalidate("k3", 0);
+  EXPECT_THAT(a.keys, ElementsAre("k2"));
+  EXPECT_THAT(b.keys, ElementsAre("k1", "k2", "k3"));
+}
+
+TEST(SubscriberHubTest, IdsAreNonZeroAndDistinct) {
+  auto hub = std::make_shared<SubscriberHub>();
+  Recorder r;
+  std::vector<std::unique_ptr<SharedTier::Subscription>> subs;
+  for (int i = 0; i < 100; ++i) subs.push_back(hub->Subscribe(&r));
+  for (size_t i = 0; i < subs.size(); ++i) {
+    EXPECT_NE(subs[i]->id(), 0u);
+    for (size_t j = i + 1; j < subs.size(); ++j) {
+      EXPECT_NE(subs[i]->id(), subs[j]->id());
+    }
+  }
+}
+
+TEST(SubscriberHubTest, SubscribeAndUnsubscribeRaceWithDelivery) {
+  auto hub = std::make_shared<SubscriberHub>();
+  std::atomic<bool> stop{false};
+  std::thread deliverer([&] {
+    while (!stop) hub->DeliverInvalidate("k", 0);
+  });
+  for (int i = 0; i < 200; ++i) {
+    Recorder r;
+    auto sub = hub->Subscribe(&r);
+    sub.reset();  // After this, r may go: nothing calls it any more.
+  }
+  stop = true;
+  deliverer.join();
+  EXPECT_EQ(hub->size(), 0u);
+}
+
+}  // namespace
+}  // namespace paddock::internal

@@ -1,0 +1,390 @@
+// RedisTier when Redis fails: hung (SIGSTOP), killed, restarted, or
+// dropping connections. Calls must fail within the I/O timeout, the breaker
+// must then fail them fast, and the same tier must recover on its own.
+// Bounds on time are generous: the machine running the tests may be busy.
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "paddock/redis.h"
+#include "paddock/shared_tier.h"
+#include "redis_server.h"
+
+namespace paddock {
+namespace {
+
+using ::paddock::testing::RedisServer;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using Lease = SharedLookup::Lease;
+
+// Scheduling slack allowed on top of a timeout.
+constexpr absl::Duration kSlack = absl::Seconds(1);
+
+class CountingSubscriber : public SharedTier::Subscriber {
+ public:
+  void OnInvalidate(std::string_view key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_key_ = std::string(key);
+    ++invalidations_;
+    cv_.notify_all();
+  }
+  void OnMissedInvalidations() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++missed_;
+    cv_.notify_all();
+  }
+  bool WaitForMissed(int n, absl::Duration timeout = absl::Seconds(10)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [&] { return missed_ >= n; });
+  }
+  bool WaitForInvalidations(int n, absl::Duration timeout = absl::Seconds(2)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [&] { return invalidations_ >= n; });
+  }
+  int missed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return missed_;
+  }
+  std::string last_key() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_key_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int invalidations_ = 0;
+  int missed_ = 0;
+  std::string last_key_;
+};
+
+SharedFill ValueFill(std::string value) {
+  SharedFill fill;
+  fill.value = std::move(value);
+  fill.fresh_for = absl::Seconds(10);
+  fill.keep_for = absl::Seconds(20);
+  return fill;
+}
+
+class RedisTierFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<RedisServer>> server = RedisServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  RedisOptions Options() const {
+    RedisOptions options;
+    options.address = server_->address();
+    options.key_prefix = "fault:v1:";
+    options.io_timeout = absl::Milliseconds(200);
+    options.breaker_failures = 3;
+    options.breaker_cooldown = absl::Milliseconds(300);
+    options.health_check_interval = absl::Milliseconds(200);
+    return options;
+  }
+
+  std::shared_ptr<RedisTier> Connect(const RedisOptions& options) {
+    absl::StatusOr<std::shared_ptr<RedisTier>> tier =
+        RedisTier::Connect(options);
+    EXPECT_TRUE(tier.ok()) << tier.status();
+    return tier.ok() ? *tier : nullptr;
+  }
+
+  // Looks up fresh keys until one call succeeds; returns whether one did
+  // within `timeout`.
+  static bool RecoversWithin(RedisTier& tier, absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    for (int i = 0; absl::Now() < give_up; ++i) {
+      if (tier.Lookup(absl::StrCat("probe", i), "", absl::ZeroDuration())
+              .ok()) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  std::unique_ptr<RedisServer> server_;
+};
+
+TEST_F(RedisTierFaultTest,
+       AHungServerFailsCallsInTimeThenTheBreakerFailsThemFast) {
+  const RedisOptions options = Options();
+  std::shared_ptr<RedisTier> tier = Connect(options);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(server_->Pause().ok());
+
+  // Each call waits at most io_timeout (plus slack), then fails.
+  for (int i = 0; i < options.breaker_failures; ++i) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<SharedLookup> lookup =
+        tier->Lookup(absl::StrCat("k", i), "", absl::ZeroDuration());
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << lookup.status();
+    EXPECT_LT(took, options.io_timeout + kSlack);
+  }
+  RedisTierStats stats = tier->stats();
+  EXPECT_EQ(stats.timeouts, static_cast<uint64_t>(options.breaker_failures));
+  EXPECT_EQ(stats.breaker_opens, 1u);
+
+  // Now the breaker refuses calls without asking Redis.
+  const uint64_t calls = stats.calls;
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time start = absl::Now();
+    const absl::Status put = tier->Put("k", ValueFill("v"), 0);
+    EXPECT_LT(absl::Now() - start, kSlack);
+    if (put.ok()) continue;  // Not expected; reported below.
+    EXPECT_EQ(put.code(), absl::StatusCode::kUnavailable) << put;
+    EXPECT_THAT(put.message(), HasSubstr("circuit breaker"));
+  }
+  stats = tier->stats();
+  EXPECT_EQ(stats.calls, calls);
+  EXPECT_EQ(stats.breaker_rejections, 5u);
+
+  // After SIGCONT the same tier recovers: a probe goes through once the
+  // cooldown is over.
+  ASSERT_TRUE(server_->Resume().ok());
+  EXPECT_TRUE(RecoversWithin(*tier, absl::Seconds(10)));
+  EXPECT_TRUE(tier->Put("k", ValueFill("v"), 0).ok());
+}
+
+TEST_F(RedisTierFaultTest, ConcurrentCallersAllFailInTimeWhileRedisHangs) {
+  RedisOptions options = Options();
+  options.pool_size = 2;  // Fewer connections than callers.
+  std::shared_ptr<RedisTier> tier = Connect(options);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(server_->Pause().ok());
+  std::atomic<int> late{0};
+  std::atomic<int> succeeded{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 3; ++i) {
+        const absl::Time start = absl::Now();
+        absl::StatusOr<SharedLookup> lookup = tier->Lookup(
+            absl::StrCat("k", t, "-", i), "", absl::ZeroDuration());
+        if (lookup.ok()) ++succeeded;
+        // A caller waits for a free connection and for Redis together
+        // within io_timeout.
+        if (absl::Now() - start >= options.io_timeout + kSlack) ++late;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(late, 0);
+  EXPECT_EQ(succeeded, 0);
+  ASSERT_TRUE(server_->Resume().ok());
+  EXPECT_TRUE(RecoversWithin(*tier, absl::Seconds(10)));
+}
+
+TEST_F(RedisTierFaultTest, AKilledServerFailsCallsAndARestartedOneIsUsedAgain) {
+  std::shared_ptr<RedisTier> tier = Connect(Options());
+  ASSERT_NE(tier, nullptr);
+  CountingSubscriber subscriber;
+  auto subscription = tier->Subscribe(&subscriber);
+  // Its own write: the subscriber is not told of it.
+  ASSERT_TRUE(tier->Put("before", ValueFill("v"), subscription->id()).ok());
+
+  ASSERT_TRUE(server_->Kill().ok());
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<SharedLookup> lookup =
+        tier->Lookup("before", "", absl::ZeroDuration());
+    EXPECT_LT(absl::Now() - start, Options().io_timeout + kSlack);
+    EXPECT_THAT(lookup.status().code(),
+                AnyOf(absl::StatusCode::kUnavailable,
+                      absl::StatusCode::kDeadlineExceeded));
+  }
+  // The subscription notices: nothing answers its pings or connects.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (tier->subscribed() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_FALSE(tier->subscribed());
+
+  ASSERT_TRUE(server_->Restart().ok());
+  // The same tier: connections re-made, scripts loaded again (the new
+  // server has none), the subscription back, and subscribers told they may
+  // have missed invalidations.
+  EXPECT_TRUE(RecoversWithin(*tier, absl::Seconds(10)));
+  EXPECT_GE(tier->stats().script_loads, 1u);
+  ASSERT_TRUE(subscriber.WaitForMissed(1));
+  EXPECT_TRUE(tier->subscribed());
+  EXPECT_GE(tier->stats().subscription_losses, 1u);
+
+  // Everything works again, notifications included.
+  absl::StatusOr<SharedLookup> lookup =
+      tier->Lookup("before", "", absl::Seconds(30));
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_FALSE(lookup->record.has_value());  // The data died with the server.
+  ASSERT_EQ(lookup->lease, Lease::kGranted);
+  EXPECT_TRUE(tier->Fill("before", lookup->lease_token, ValueFill("v"))
+                  .value_or(false));
+  std::shared_ptr<RedisTier> other = Connect(Options());
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(other->Invalidate("after", 0).ok());
+  ASSERT_TRUE(subscriber.WaitForInvalidations(1));
+  EXPECT_EQ(subscriber.last_key(), "after");
+}
+
+TEST_F(RedisTierFaultTest, AHungServerCostsTheSubscriptionWhichComesBack) {
+  std::shared_ptr<RedisTier> tier = Connect(Options());
+  ASSERT_NE(tier, nullptr);
+  CountingSubscriber subscriber;
+  auto subscription = tier->Subscribe(&subscriber);
+  ASSERT_TRUE(server_->Pause().ok());
+  // An unanswered ping (health_check_interval 200 ms) counts it as lost.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (tier->subscribed() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_FALSE(tier->subscribed());
+  ASSERT_TRUE(server_->Resume().ok());
+  ASSERT_TRUE(subscriber.WaitForMissed(1));
+  EXPECT_TRUE(tier->subscribed());
+  EXPECT_EQ(subscriber.missed(), 1);
+}
+
+TEST_F(RedisTierFaultTest, DroppedConnectionsAreReplaced) {
+  std::shared_ptr<RedisTier> tier = Connect(Options());
+  ASSERT_NE(tier, nullptr);
+  CountingSubscriber subscriber;
+  auto subscription = tier->Subscribe(&subscriber);
+  ASSERT_TRUE(tier->Put("k", ValueFill("v"), 0).ok());
+  // Drop every connection of the tier (not the fixture's own).
+  ASSERT_TRUE(
+      server_->Command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"})
+          .ok());
+  ASSERT_TRUE(server_->Command({"CLIENT", "KILL", "TYPE", "pubsub"}).ok());
+  // At most the call that finds its connection dead fails.
+  int failed = 0;
+  for (int i = 0; i < 5; ++i) {
+    if (!tier->Lookup("k", "", absl::ZeroDuration()).ok()) ++failed;
+  }
+  EXPECT_LE(failed, 1);
+  ASSERT_TRUE(subscriber.WaitForMissed(1));
+  EXPECT_TRUE(tier->subscribed());
+}
+
+TEST_F(RedisTierFaultTest, AwaitChangePollsTheLeaseWhileTheSubscriptionIsDown) {
+  RedisOptions options = Options();
+  options.io_timeout = absl::Seconds(1);
+  options.pool_size = 1;  // One connection, kept: it stays authenticated.
+  options.poll_interval = absl::Milliseconds(50);
+  std::shared_ptr<RedisTier> holder = Connect(options);
+  std::shared_ptr<RedisTier> waiter = Connect(options);
+  ASSERT_NE(holder, nullptr);
+  ASSERT_NE(waiter, nullptr);
+  absl::StatusOr<SharedLookup> held =
+      holder->Lookup("k", "", absl::Seconds(30));
+  ASSERT_TRUE(held.ok() && held->lease == Lease::kGranted);
+  absl::StatusOr<SharedLookup> ask = waiter->Lookup("k", "", absl::Seconds(30));
+  ASSERT_TRUE(ask.ok() && ask->lease == Lease::kHeldElsewhere);
+
+  // New connections now need a password: the subscriptions, once dropped,
+  // cannot come back, while the pooled connections keep working.
+  ASSERT_TRUE(
+      server_->Command({"CONFIG", "SET", "requirepass", "secret"}).ok());
+  ASSERT_TRUE(server_->Command({"CLIENT", "KILL", "TYPE", "pubsub"}).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (waiter->subscribed() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_FALSE(waiter->subscribed());
+  ASSERT_TRUE(waiter->Lookup("k", "", absl::Seconds(30)).ok());
+
+  // The holder's lease vanishes without a message (as if it lapsed).
+  std::atomic<bool> woke{false};
+  std::atomic<bool> deleted{false};
+  std::atomic<bool> woke_before_delete{false};
+  std::thread waiting([&] {
+    woke = waiter->AwaitChange("k", absl::Seconds(30));
+    woke_before_delete = !deleted;
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  deleted = true;
+  ASSERT_TRUE(server_->Command({"DEL", "fault:v1:{k}:l"}).ok());
+  waiting.join();
+  EXPECT_TRUE(woke);
+  EXPECT_FALSE(woke_before_delete);
+  // And without any change, polling still ends at the timeout.
+  ASSERT_TRUE(waiter->Lookup("k", "", absl::Seconds(30)).ok());  // Takes it.
+  ASSERT_TRUE(holder->Lookup("k", "", absl::Seconds(30)).ok());
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(holder->AwaitChange("k", absl::Milliseconds(300)));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(300) + kSlack);
+}
+
+TEST_F(RedisTierFaultTest,
+       AwaitChangeNeverBlocksPastItsTimeoutWhileRedisHangs) {
+  std::shared_ptr<RedisTier> tier = Connect(Options());
+  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(server_->Pause().ok());
+  for (absl::Duration timeout : {absl::ZeroDuration(), absl::Milliseconds(100),
+                                 absl::Milliseconds(700)}) {
+    const absl::Time start = absl::Now();
+    EXPECT_FALSE(tier->AwaitChange("k", timeout));
+    EXPECT_LT(absl::Now() - start, timeout + kSlack);
+  }
+  ASSERT_TRUE(server_->Resume().ok());
+}
+
+TEST_F(RedisTierFaultTest, ConnectToAHungServerTimesOut) {
+  ASSERT_TRUE(server_->Pause().ok());
+  const RedisOptions options = Options();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<RedisTier>> tier = RedisTier::Connect(options);
+  EXPECT_EQ(tier.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << tier.status();
+  EXPECT_THAT(tier.status().message(), HasSubstr(options.address));
+  EXPECT_LT(absl::Now() - start,
+            options.connect_timeout + options.io_timeout + kSlack);
+  ASSERT_TRUE(server_->Resume().ok());
+}
+
+TEST_F(RedisTierFaultTest, AHeldLeaseOutlivesAShortHang) {
+  // The keeper retries extensions that failed while Redis hung.
+  RedisOptions options = Options();
+  options.lease_for = absl::Seconds(2);
+  std::shared_ptr<RedisTier> holder = Connect(options);
+  std::shared_ptr<RedisTier> other = Connect(options);
+  ASSERT_NE(holder, nullptr);
+  ASSERT_NE(other, nullptr);
+  absl::StatusOr<SharedLookup> held =
+      holder->Lookup("k", "", absl::Seconds(60));
+  ASSERT_TRUE(held.ok() && held->lease == Lease::kGranted);
+  ASSERT_TRUE(server_->Pause().ok());
+  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(server_->Resume().ok());
+  absl::SleepFor(options.lease_for + absl::Milliseconds(500));
+  ASSERT_TRUE(RecoversWithin(*other, absl::Seconds(10)));
+  absl::StatusOr<SharedLookup> ask =
+      other->Lookup("k", "", absl::ZeroDuration());
+  ASSERT_TRUE(ask.ok()) << ask.status();
+  EXPECT_EQ(ask->lease, Lease::kHeldElsewhere);
+  EXPECT_TRUE(
+      holder->Fill("k", held->lease_token, ValueFill("v")).value_or(false));
+}
+
+}  // namespace
+}  // namespace paddock
