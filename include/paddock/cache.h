@@ -343,12 +343,13 @@ class Cache<K, V, P, H, E>::RefreshTask {
     const internal::Lifeline::Pass pass = lifeline_->Enter();
     if (!pass) {
       // The cache is gone; tell anyone still holding the flight.
-      if (flight->TryClaim()) {
+      if (flight->TryClaim(0)) {
         flight->Publish({absl::CancelledError("paddock: cache destroyed")});
       }
       return;
     }
-    if (!flight->TryClaim()) return;  // A caller that needed it ran it.
+    // A caller that needed the value ran it already.
+    if (!flight->TryClaim(cache_->NowNanos())) return;
     Load load{key_, hash_, flight, LoadKind::kRefresh, flight->slot()};
     if (dropped) {
       cache_->slots_.Release(std::exchange(load.slot, 0));
@@ -558,7 +559,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
             flight = std::make_shared<Flight>(now, Flight::State::kRunning);
             shard.Register(w, key, hash, flight);
             lead = true;
-          } else if (flight->TryClaim()) {
+          } else if (flight->TryClaim(now)) {
             // A refresh still queued on the executor: run it here rather than
             // wait for the executor, which may be busy with this very caller.
             kind = LoadKind::kRefresh;
@@ -812,6 +813,10 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
                                           size_t hash, const Entry* n,
                                           std::optional<RefreshTask>& task) {
   // Built before the lock (it copies the key); inert until given a flight.
+  // If anything here throws, the entry must stay refreshable.
+  absl::Cleanup refreshable = [n] {
+    const_cast<Entry*>(n)->refreshing.store(false, std::memory_order_relaxed);
+  };
   task.emplace(this, key, hash);
   bool skipped = false;
   {
@@ -821,7 +826,9 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
     if (shard.Find(hash, key, eq_) != n) return task.reset();
     const int64_t now = NowNanos();
     // One load per key; the one in flight replaces `n` when it stores.
+    // `n` stays marked, so its later hits do not come here again.
     if (shard.LiveFlight(key, hash, now, max_load_age_) != nullptr) {
+      std::move(refreshable).Cancel();
       return task.reset();
     }
     const internal::LoadSlots::Ticket slot = slots_.TryAcquire(now);
@@ -834,6 +841,7 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
       shard.Register(w, key, hash, flight);
       std::move(release_slot).Cancel();  // The flight holds it now.
       task->Attach(std::move(flight));
+      std::move(refreshable).Cancel();
     }
   }
   if (skipped) {

@@ -40,18 +40,27 @@ class Flight {
   // scheduled), or 0.
   explicit Flight(int64_t started_at, State state = State::kRunning,
                   LoadSlots::Ticket slot = 0)
-      : started_at_(started_at), slot_(slot), state_(state) {}
+      : slot_(slot), started_at_(started_at), state_(state) {}
   Flight(const Flight&) = delete;
   Flight& operator=(const Flight&) = delete;
 
-  int64_t started_at() const { return started_at_; }
+  // When the flight was registered or, once claimed, when its load started.
+  int64_t started_at() const {
+    return started_at_.load(std::memory_order_relaxed);
+  }
   LoadSlots::Ticket slot() const { return slot_; }
 
-  // Takes a queued flight to run it. True for exactly one caller.
-  bool TryClaim() {
+  // Takes a queued flight to run it, from `now` on. True for exactly one
+  // caller. Call `now` under the lock that guards where the flight can be
+  // found, or where nobody reads `started_at()` meanwhile.
+  bool TryClaim(int64_t now) {
     State expected = State::kQueued;
-    return state_.compare_exchange_strong(expected, State::kRunning,
-                                          std::memory_order_acq_rel);
+    if (!state_.compare_exchange_strong(expected, State::kRunning,
+                                        std::memory_order_acq_rel)) {
+      return false;
+    }
+    started_at_.store(now, std::memory_order_relaxed);
+    return true;
   }
   bool queued() const {
     return state_.load(std::memory_order_acquire) == State::kQueued;
@@ -106,8 +115,8 @@ class Flight {
   }
 
  private:
-  const int64_t started_at_;
   const LoadSlots::Ticket slot_;
+  std::atomic<int64_t> started_at_;
   std::atomic<State> state_;
   std::atomic<int> joined_{0};
   std::atomic<int> runners_{1};

@@ -134,15 +134,16 @@ class alignas(64) Shard {
 
   // -- The writer's operations: hold a Writer on this shard. --
 
-  // The load of `key` registered now, if it is not done and started less
-  // than `max_age` ago (an older one keeps running but no longer blocks the
-  // key); otherwise nullptr.
+  // The load of `key` registered now, if it is not done and either still
+  // queued (it cannot hang before it starts: whoever needs it claims it) or
+  // started less than `max_age` ago (an older one keeps running but no
+  // longer blocks the key); otherwise nullptr.
   std::shared_ptr<Flight> LiveFlight(const K& key, size_t hash, int64_t now,
                                      int64_t max_age) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
     if (it == in_flight_.end() || it->flight->done() ||
-        now - it->flight->started_at() >= max_age) {
+        (!it->flight->queued() && now - it->flight->started_at() >= max_age)) {
       return nullptr;
     }
     return it->flight;

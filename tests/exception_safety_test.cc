@@ -1,0 +1,232 @@
+// Exception safety from a load's registration to its completion: whatever
+// throws in between (an allocation, a copy of a value, a key comparison, a
+// listener, an executor), every caller gets an answer, no key is left wedged
+// by a load that will never finish, no load slot leaks, and the cache can be
+// destroyed.
+//
+// Allocation failures are injected by replacing the global operator new for
+// this test binary: it throws std::bad_alloc for the next allocation of one
+// chosen size on the calling thread.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "paddock/cache.h"
+#include "paddock/clock.h"
+#include "paddock/executor.h"
+#include "paddock/internal/entry.h"
+#include "paddock/listener.h"
+#include "paddock/options.h"
+#include "paddock/policy.h"
+
+// g++ sees operator delete's free() beside inlined new-expressions and
+// warns, though this operator new allocates with malloc.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace {
+// 0: no failure armed.
+thread_local size_t fail_next_allocation_of = 0;
+}  // namespace
+
+void* operator new(size_t n) {
+  if (fail_next_allocation_of != 0 && n == fail_next_allocation_of) {
+    fail_next_allocation_of = 0;
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace paddock {
+namespace {
+
+using ::testing::HasSubstr;
+
+using StringCache = Cache<std::string, std::string, SingleFlight>;
+
+Options TestOptions(ManualClock* clock, Executor* executor = nullptr) {
+  return Options{.ttl = absl::Seconds(10),
+                 .clock = clock,
+                 .executor = executor,
+                 .max_load_age = absl::InfiniteDuration()};
+}
+
+TEST(ExceptionSafety, FailingToAllocateTheEntryFailsThatLoadOnly) {
+  ManualClock clock;
+  int loads = 0;
+  StringCache cache(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        // The next allocation of an entry's size on this thread is the
+        // entry this load's value goes into.
+        if (++loads == 1) {
+          fail_next_allocation_of =
+              sizeof(internal::Entry<std::string, std::string>);
+        }
+        return k;
+      },
+      TestOptions(&clock));
+  absl::StatusOr<std::string> first = cache.Get("k");
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(first.status().message(), HasSubstr("storing"));
+  EXPECT_EQ(cache.loads_in_flight(), 0u);
+  // Not wedged: the next caller loads at once (with an unbounded
+  // max_load_age, a registered load that never finished would block it).
+  EXPECT_EQ(*cache.Get("k"), "k");
+  EXPECT_EQ(loads, 2);
+}
+
+// A value whose copy throws while `fail_copies` is set on the copying thread
+// (a loader sets it for the copy into the entry, on its own thread).
+thread_local bool fail_copies = false;
+struct Fragile {
+  Fragile() = default;
+  explicit Fragile(std::string s) : s(std::move(s)) {}
+  Fragile(const Fragile& other) : s(other.s) {
+    if (fail_copies) throw std::runtime_error("copy failed");
+  }
+  Fragile& operator=(const Fragile&) = default;
+  std::string s;
+};
+
+TEST(ExceptionSafety, AValueWhoseCopyThrowsFailsThatLoadOnly) {
+  ManualClock clock;
+  Cache<std::string, Fragile, SingleFlight> cache(
+      [](const std::string& k) -> absl::StatusOr<Fragile> {
+        Fragile f(k);
+        fail_copies = true;  // The copy into the entry throws.
+        return f;
+      },
+      TestOptions(&clock));
+  absl::StatusOr<Fragile> got = cache.Get("k");
+  fail_copies = false;
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(got.status().message(), HasSubstr("copy failed"));
+  EXPECT_EQ(cache.loads_in_flight(), 0u);
+}
+
+TEST(ExceptionSafety, ARefreshWhoseStoreThrowsEndsAndTheCacheCanBeDestroyed) {
+  ManualClock clock;
+  ThreadPool pool(1);
+  std::atomic<int> loads{0};
+  {
+    Cache<std::string, Fragile, SoftTtl> cache(
+        [&](const std::string& k) -> absl::StatusOr<Fragile> {
+          Fragile f(absl::StrCat(k, "#", ++loads));
+          fail_copies = loads == 2;  // On the pool's thread.
+          return f;
+        },
+        Options{.ttl = absl::Seconds(10), .clock = &clock, .executor = &pool});
+    ASSERT_EQ(cache.Get("k")->s, "k#1");
+    clock.Advance(absl::Seconds(11));
+    ASSERT_EQ(cache.Get("k")->s, "k#1");  // Stale; the refresh throws.
+    while (cache.loads_in_flight() != 0) std::this_thread::yield();
+    EXPECT_EQ(cache.Get("k")->s, "k#1");  // Still served; refreshable again.
+    while (cache.loads_in_flight() != 0) std::this_thread::yield();
+    EXPECT_EQ(cache.Get("k")->s, "k#3");
+  }  // ~Cache returns: the failed refresh left no task running.
+  EXPECT_EQ(loads.load(), 3);
+}
+
+// Equal keys; comparisons throw while `fail_compares` is set.
+std::atomic<bool> fail_compares{false};
+struct FlakyEq {
+  bool operator()(const std::string& a, const std::string& b) const {
+    if (fail_compares.load()) throw std::runtime_error("compare failed");
+    return a == b;
+  }
+};
+
+TEST(ExceptionSafety, AKeyComparisonThatThrowsWhileStoringWedgesNothing) {
+  ManualClock clock;
+  int loads = 0;
+  Cache<std::string, std::string, SingleFlight, absl::Hash<std::string>,
+        FlakyEq>
+      cache(
+          [&](const std::string& k) -> absl::StatusOr<std::string> {
+            if (++loads == 1) fail_compares = true;  // Storing will throw.
+            return k;
+          },
+          TestOptions(&clock));
+  absl::StatusOr<std::string> first = cache.Get("k");
+  fail_compares = false;
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInternal);
+  // The load may still be registered (it could not be found to be removed),
+  // but it is done: nobody waits for it, the next caller loads.
+  EXPECT_EQ(cache.loads_in_flight(), 0u);
+  EXPECT_EQ(*cache.Get("k"), "k");
+  EXPECT_EQ(loads, 2);
+}
+
+class ThrowingListener : public Listener {
+ public:
+  void OnLoadStart(LoadKind) override { throw std::runtime_error("start"); }
+  void OnLoadFinish(LoadKind, absl::Duration, const absl::Status&) override {
+    throw std::runtime_error("finish");
+  }
+  void OnStaleServed(absl::Duration) override { throw 1; }
+  void OnEviction() override { throw std::runtime_error("evict"); }
+};
+
+TEST(ExceptionSafety, AThrowingListenerIsIgnoredAndLeaksNoLoadSlot) {
+  ManualClock clock;
+  ThrowingListener listener;
+  Options options = TestOptions(&clock);
+  options.max_concurrent_loads = 1;
+  options.max_entries = 4;
+  options.shards = 1;
+  options.listener = &listener;
+  StringCache cache(
+      [](const std::string& k) -> absl::StatusOr<std::string> { return k; },
+      options);
+  // Every load takes the only slot; a leaked one would time the next out.
+  for (int i = 0; i < 20; ++i) {
+    const std::string key = absl::StrCat("k", i);
+    EXPECT_EQ(*cache.Get(key), key);
+  }
+  EXPECT_EQ(cache.stats().loads, 20u);
+  EXPECT_EQ(cache.stats().evictions, 16u);
+}
+
+class RefusingExecutor : public Executor {
+ public:
+  void Schedule(Task) override { throw std::runtime_error("queue full"); }
+};
+
+TEST(ExceptionSafety, AnExecutorThatRefusesARefreshEndsItAndServesTheValue) {
+  ManualClock clock;
+  RefusingExecutor executor;
+  int loads = 0;
+  Cache<std::string, std::string, SoftTtl> cache(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        return absl::StrCat(k, "#", ++loads);
+      },
+      Options{
+          .ttl = absl::Seconds(10), .clock = &clock, .executor = &executor});
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  clock.Advance(absl::Seconds(11));
+  EXPECT_EQ(*cache.Get("k"), "k#1");  // The refresh was refused.
+  EXPECT_EQ(cache.loads_in_flight(), 0u);
+  EXPECT_EQ(*cache.Get("k"), "k#1");  // Tries again; refused again.
+  clock.Advance(absl::Seconds(40));   // Past what SoftTtl serves.
+  EXPECT_EQ(*cache.Get("k"), "k#2");  // Loaded in the foreground.
+}
+
+}  // namespace
+}  // namespace paddock
