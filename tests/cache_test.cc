@@ -22,7 +22,7 @@
 #include "paddock/clock.h"
 #include "paddock/executor.h"
 #include "paddock/policy.h"
-#include "test_util.h"
+#include "paddock/testing/sync.h"
 
 // Counts allocations made by the calling thread, to prove a hit allocates
 // nothing. Not under ThreadSanitizer, whose runtime defines operator new and

@@ -35,7 +35,7 @@
 #include "paddock/options.h"
 #include "paddock/policy.h"
 #include "paddock/stats.h"
-#include "test_util.h"
+#include "paddock/testing/sync.h"
 
 namespace paddock {
 namespace {
