@@ -848,25 +848,6 @@ TYPED_TEST(FaultMatrix, DroppedRefreshEndsItsLoadWithCancelled) {
   EXPECT_EQ(cache->stats().loads, 2u);  // The dropped refresh never loaded.
 }
 
-TEST(ThreadPoolFaults, DestroyingAPoolRunsEveryQueuedTaskFirst) {
-  std::atomic<int> ran{0};
-  Gate unblock;
-  Counter blocked;
-  auto pool = std::make_unique<ThreadPool>(1);
-  pool->Schedule([&] {
-    blocked.Increment();
-    unblock.Wait();
-  });
-  ASSERT_TRUE(blocked.WaitFor(1));
-  for (int i = 0; i < 100; ++i) pool->Schedule([&] { ++ran; });
-  auto destroyed = std::async(std::launch::async, [&] { pool.reset(); });
-  EXPECT_EQ(destroyed.wait_for(std::chrono::milliseconds(100)),
-            std::future_status::timeout);  // Waits for the running task.
-  unblock.Open();
-  ASSERT_EQ(destroyed.wait_for(kNoHang), std::future_status::ready);
-  EXPECT_EQ(ran, 100);
-}
-
 // ---------------------------------------------------------------------------
 // Options at their edges.
 
