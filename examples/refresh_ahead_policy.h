@@ -3,8 +3,9 @@
 // `RefreshAhead`, a user-written refresh policy: once a value has lived a fixed
 // fraction of its ttl, the next hit starts one background refresh while it is
 // served the current value. No randomness: the same traffic gives the same
-// refreshes. Used by examples/custom_policy.cpp and tested in
-// tests/custom_policy_test.cc.
+// refreshes. Used by examples/custom_policy.cpp, tested in
+// tests/custom_policy_test.cc and run through the policy contract in
+// tests/policy_contract_test.cc.
 //
 // A policy needs no registration: any type satisfying `paddock::RefreshPolicy`
 // can be the third template argument of `paddock::Cache`.

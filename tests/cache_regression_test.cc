@@ -28,7 +28,7 @@
 #include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
-#include "test_util.h"
+#include "paddock/testing/sync.h"
 
 namespace paddock {
 namespace {

@@ -1,28 +1,25 @@
-// Tests of paddock/cache.h: behaviour shared by every policy (typed suite),
-// then the core mechanics one by one.
+// Tests of paddock/cache.h: the core mechanics one by one, with SingleFlight
+// (the coalescing core). The behaviour every policy shares is the policy
+// contract (paddock/testing/policy_contract.h, tests/policy_contract_test.cc).
 
 #include "paddock/cache.h"
 
 #include <atomic>
 #include <cstdlib>
-#include <memory>
 #include <new>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/clock.h"
 #include "paddock/executor.h"
 #include "paddock/policy.h"
-#include "test_util.h"
+#include "paddock/testing/sync.h"
 
 // Counts allocations made by the calling thread, to prove a hit allocates
 // nothing. Not under ThreadSanitizer, whose runtime defines operator new and
@@ -65,277 +62,6 @@ namespace {
 
 using ::paddock::testing::Counter;
 using ::paddock::testing::Gate;
-using ::testing::HasSubstr;
-
-// ---------------------------------------------------------------------------
-// Behaviour every policy shares.
-
-template <typename P>
-class EveryPolicy : public ::testing::Test {
- protected:
-  using StringCache = Cache<std::string, std::string, P>;
-
-  ManualClock clock_;
-  ManualExecutor executor_;
-  Options options_{.ttl = absl::Seconds(10),
-                   .clock = &clock_,
-                   .executor = &executor_,
-                   .seed = 42};
-};
-
-using Policies = ::testing::Types<NaiveJitter, SingleFlight, XFetch, SoftTtl>;
-TYPED_TEST_SUITE(EveryPolicy, Policies);
-
-TYPED_TEST(EveryPolicy, FreshValueIsServedWithoutCallingTheLoader) {
-  std::atomic<int> loads{0};
-  typename TestFixture::StringCache cache(
-      [&](const std::string& key) -> absl::StatusOr<std::string> {
-        ++loads;
-        return "value of " + key;
-      },
-      this->options_);
-  EXPECT_EQ(*cache.Get("a"), "value of a");
-  EXPECT_EQ(*cache.Get("a"), "value of a");
-  EXPECT_EQ(loads, 1);
-  EXPECT_EQ(cache.stats().hits, 1u);
-  EXPECT_EQ(cache.stats().misses, 1u);
-}
-
-TYPED_TEST(EveryPolicy, ExpiredValueIsLoadedAgain) {
-  std::atomic<int> loads{0};
-  typename TestFixture::StringCache cache(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        return absl::StrCat(++loads);
-      },
-      this->options_);
-  EXPECT_EQ(*cache.Get("a"), "1");
-  // Past every policy's window (jitter at most +20 %, SoftTtl 30 s stale).
-  this->clock_.Advance(absl::Seconds(100));
-  EXPECT_EQ(*cache.Get("a"), "2");
-}
-
-TYPED_TEST(EveryPolicy, LoaderErrorReachesTheCallerAndIsNotCached) {
-  std::atomic<int> loads{0};
-  typename TestFixture::StringCache cache(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        ++loads;
-        return absl::UnavailableError("backend down");
-      },
-      this->options_);
-  EXPECT_EQ(cache.Get("a").status(), absl::UnavailableError("backend down"));
-  EXPECT_EQ(cache.Get("a").status(), absl::UnavailableError("backend down"));
-  EXPECT_EQ(loads, 2);
-  EXPECT_EQ(cache.stats().load_failures, 2u);
-  EXPECT_EQ(cache.size(), 0u);
-}
-
-TYPED_TEST(EveryPolicy, LoaderErrorReachesEveryWaiterOfThatLoad) {
-  if (!TypeParam::kCoalesceLoads) GTEST_SKIP() << "no waiters: no coalescing";
-  Gate gate;
-  Counter entered;
-  std::atomic<int> loads{0};
-  typename TestFixture::StringCache cache(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        ++loads;
-        entered.Increment();
-        gate.Wait();
-        return absl::UnavailableError("backend down");
-      },
-      this->options_);
-  constexpr int kCallers = 8;
-  std::vector<absl::Status> results(kCallers);
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] { results[0] = cache.Get("a").status(); });
-  ASSERT_TRUE(entered.WaitFor(1));
-  for (int i = 1; i < kCallers; ++i) {
-    threads.emplace_back([&, i] { results[i] = cache.Get("a").status(); });
-  }
-  while (cache.stats().coalesced_waits < kCallers - 1)
-    std::this_thread::yield();
-  gate.Open();
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(loads, 1);
-  for (const absl::Status& s : results) {
-    EXPECT_EQ(s, absl::UnavailableError("backend down"));
-  }
-}
-
-TYPED_TEST(EveryPolicy, ThrowingLoaderBecomesInternalErrorWithWhat) {
-  typename TestFixture::StringCache cache(
-      [](const std::string& key) -> absl::StatusOr<std::string> {
-        if (key == "std") throw std::runtime_error("disk on fire");
-        throw 42;
-      },
-      this->options_);
-  absl::Status s = cache.Get("std").status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(s.message(), HasSubstr("disk on fire"));
-  s = cache.Get("other").status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(s.message(), HasSubstr("not a std::exception"));
-}
-
-TYPED_TEST(EveryPolicy, PutValueIsServedWithoutLoading) {
-  std::atomic<int> loads{0};
-  typename TestFixture::StringCache cache(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        ++loads;
-        return "loaded";
-      },
-      this->options_);
-  cache.Put("a", "put");
-  EXPECT_EQ(*cache.Get("a"), "put");
-  EXPECT_EQ(cache.GetIfPresent("a"), "put");
-  EXPECT_EQ(loads, 0);
-}
-
-TYPED_TEST(EveryPolicy, InvalidateMakesTheNextGetLoad) {
-  std::atomic<int> loads{0};
-  typename TestFixture::StringCache cache(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        return absl::StrCat(++loads);
-      },
-      this->options_);
-  EXPECT_EQ(*cache.Get("a"), "1");
-  cache.Invalidate("a");
-  EXPECT_EQ(cache.GetIfPresent("a"), std::nullopt);
-  EXPECT_EQ(*cache.Get("a"), "2");
-  cache.InvalidateAll();
-  EXPECT_EQ(cache.size(), 0u);
-  EXPECT_EQ(*cache.Get("a"), "3");
-}
-
-// A load in flight when the key is invalidated or overwritten answers its
-// callers but does not store its (now stale) result.
-TYPED_TEST(EveryPolicy, LoadRacingWithInvalidateOrPutDoesNotStore) {
-  for (const bool put : {false, true}) {
-    Gate gate;
-    Counter entered;
-    typename TestFixture::StringCache cache(
-        [&](const std::string&) -> absl::StatusOr<std::string> {
-          entered.Increment();
-          gate.Wait();
-          return "old";
-        },
-        this->options_);
-    absl::StatusOr<std::string> loaded;
-    std::thread loader([&] { loaded = cache.Get("a"); });
-    ASSERT_TRUE(entered.WaitFor(1));
-    if (put) {
-      cache.Put("a", "new");
-    } else {
-      cache.Invalidate("a");
-    }
-    gate.Open();
-    loader.join();
-    EXPECT_EQ(*loaded, "old");
-    EXPECT_EQ(cache.GetIfPresent("a"),
-              put ? std::optional<std::string>("new") : std::nullopt);
-  }
-}
-
-TYPED_TEST(EveryPolicy, SizeNeverExceedsMaxEntries) {
-  this->options_.max_entries = 10;
-  typename TestFixture::StringCache cache(
-      [](const std::string& key) -> absl::StatusOr<std::string> { return key; },
-      this->options_);
-  for (int i = 0; i < 1000; ++i) {
-    ASSERT_EQ(*cache.Get(absl::StrCat(i)), absl::StrCat(i));
-    ASSERT_LE(cache.size(), 10u);
-  }
-  EXPECT_EQ(cache.stats().evictions, 990u);
-}
-
-// The ttl counts from the end of the load, not its start.
-TYPED_TEST(EveryPolicy, LifetimeStartsWhenTheLoadCompletes) {
-  std::atomic<int> loads{0};
-  typename TestFixture::StringCache cache(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        ++loads;
-        this->clock_.Advance(absl::Seconds(5));  // A slow load.
-        return "v";
-      },
-      this->options_);
-  ASSERT_TRUE(cache.Get("a").ok());
-  // 12 s after the load started, 7 s after it completed: fresh for every
-  // policy (NaiveJitter's shortest ttl is 8 s).
-  this->clock_.Advance(absl::Seconds(7));
-  ASSERT_TRUE(cache.Get("a").ok());
-  EXPECT_EQ(loads, 1);
-}
-
-TYPED_TEST(EveryPolicy, LoaderCallingGetForItsOwnKeyFailsInsteadOfDeadlocking) {
-  typename TestFixture::StringCache* self = nullptr;
-  absl::Status inner;
-  typename TestFixture::StringCache cache(
-      [&](const std::string& key) -> absl::StatusOr<std::string> {
-        if (key == "outer") {
-          inner = self->Get("outer").status();
-          EXPECT_EQ(*self->Get("other"), "other");  // Another key works.
-        }
-        return key;
-      },
-      this->options_);
-  self = &cache;
-  EXPECT_EQ(*cache.Get("outer"), "outer");
-  EXPECT_EQ(inner.code(), absl::StatusCode::kFailedPrecondition);
-}
-
-TYPED_TEST(EveryPolicy, OneThousandConcurrentCallersOfAColdKey) {
-  constexpr int kCallers = 1000;
-  std::atomic<int> loads{0};
-  Gate gate;
-  this->options_.wait_timeout = absl::Minutes(1);
-  typename TestFixture::StringCache cache(
-      [&](const std::string& key) -> absl::StatusOr<std::string> {
-        ++loads;
-        if (TypeParam::kCoalesceLoads) gate.Wait();
-        return "value of " + key;
-      },
-      this->options_);
-  std::vector<std::thread> threads;
-  std::atomic<int> correct{0};
-  for (int i = 0; i < kCallers; ++i) {
-    threads.emplace_back([&] {
-      absl::StatusOr<std::string> v = cache.Get("exhibition");
-      if (v.ok() && *v == "value of exhibition") ++correct;
-    });
-  }
-  if (TypeParam::kCoalesceLoads) {
-    // Every caller but the leader is waiting on the leader's load.
-    while (cache.stats().coalesced_waits < kCallers - 1) {
-      std::this_thread::yield();
-    }
-    gate.Open();
-  }
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(correct, kCallers);
-  if (TypeParam::kCoalesceLoads) {
-    EXPECT_EQ(loads, 1);
-    EXPECT_EQ(cache.loads_in_flight(), 0u);
-  } else {
-    EXPECT_GE(loads, 1);
-  }
-}
-
-TYPED_TEST(EveryPolicy, DestroyingTheCacheDropsQueuedBackgroundWork) {
-  std::atomic<int> loads{0};
-  {
-    typename TestFixture::StringCache cache(
-        [&](const std::string&) -> absl::StatusOr<std::string> {
-          ++loads;
-          return "v";
-        },
-        this->options_);
-    ASSERT_TRUE(cache.Get("a").ok());
-    // Into SoftTtl's stale window: it queues a refresh.
-    this->clock_.Advance(absl::Seconds(11));
-    ASSERT_TRUE(cache.Get("a").ok());
-  }
-  const int before = loads;
-  this->executor_.RunAll();  // Tasks of a destroyed cache: no loader call.
-  EXPECT_EQ(loads, before);
-}
 
 // ---------------------------------------------------------------------------
 // Core mechanics, with SingleFlight (the coalescing core).
@@ -450,27 +176,6 @@ TEST_F(CacheTest, LeaderRemovesOnlyItsOwnInFlightEntry) {
   EXPECT_EQ(cache.GetIfPresent("k"), "load 2");
 }
 
-TEST_F(CacheTest, WaiterGivesUpAtWaitTimeoutAndTheLoadStillStores) {
-  options_.wait_timeout = absl::ZeroDuration();
-  Gate gate;
-  Counter entered;
-  Cache<std::string, std::string, SingleFlight> cache(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        entered.Increment();
-        gate.Wait();
-        return "v";
-      },
-      options_);
-  std::thread leader([&] { EXPECT_EQ(*cache.Get("k"), "v"); });
-  ASSERT_TRUE(entered.WaitFor(1));
-  EXPECT_EQ(cache.Get("k").status().code(),
-            absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(cache.stats().wait_timeouts, 1u);
-  gate.Open();
-  leader.join();
-  EXPECT_EQ(cache.GetIfPresent("k"), "v");
-}
-
 TEST_F(CacheTest, EvictionTakesEntriesNeverServedAgainFirst) {
   options_.max_entries = 4;
   options_.shards = 1;
@@ -528,67 +233,6 @@ TEST_F(CacheTest, HitWithTheDefaultClockAllocatesNothing) {
   const int64_t before = allocations;
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(*cache.Get(1), 1);
   EXPECT_EQ(allocations, before);
-}
-
-TEST_F(CacheTest, DestroyingTheCacheWaitsForARunningRefresh) {
-  ThreadPool pool(1);
-  options_.executor = &pool;
-  Gate gate;
-  Counter entered;
-  std::atomic<bool> destroyed{false};
-  auto cache = std::make_unique<Cache<std::string, std::string, SoftTtl>>(
-      [&](const std::string&) -> absl::StatusOr<std::string> {
-        if (entered.Increment() > 1) gate.Wait();  // The refresh blocks.
-        return "v";
-      },
-      options_);
-  ASSERT_TRUE(cache->Get("a").ok());
-  clock_.Advance(absl::Seconds(11));
-  ASSERT_TRUE(cache->Get("a").ok());  // Stale: queues a refresh.
-  ASSERT_TRUE(entered.WaitFor(2));
-  std::thread destroyer([&] {
-    cache.reset();
-    destroyed = true;
-  });
-  EXPECT_FALSE(destroyed.load());  // Not a timing assertion: see below.
-  gate.Open();
-  destroyer.join();
-  EXPECT_TRUE(destroyed);
-}
-
-// Real threads, many keys, a clock stepping through expiries: every value
-// returned was produced by the loader for that key, and there is at most one
-// load per key per expiry.
-TEST_F(CacheTest, StressKeepsInvariants) {
-  constexpr int kKeys = 64;
-  constexpr int kExpiries = 20;
-  std::atomic<int> loads{0};
-  options_.wait_timeout = absl::Minutes(1);
-  Cache<int, std::string, SingleFlight> cache(
-      [&](const int& key) -> absl::StatusOr<std::string> {
-        ++loads;
-        return absl::StrCat("key ", key);
-      },
-      options_);
-  std::atomic<bool> stop{false};
-  std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = t; !stop.load(); i = (i * 7 + 3) % kKeys) {
-        absl::StatusOr<std::string> v = cache.Get(i);
-        if (!v.ok() || *v != absl::StrCat("key ", i)) ++wrong;
-      }
-    });
-  }
-  for (int i = 0; i < kExpiries; ++i) {
-    std::this_thread::yield();
-    clock_.Advance(absl::Seconds(10));
-  }
-  stop = true;
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(wrong, 0);
-  EXPECT_LE(loads, kKeys * (kExpiries + 1));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "paddock/executor.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <future>
 #include <latch>
@@ -14,10 +15,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "paddock/testing/sync.h"
 
 namespace paddock {
 namespace {
 
+using ::paddock::testing::Counter;
+using ::paddock::testing::Gate;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::ThrowsMessage;
@@ -120,6 +124,27 @@ TEST(ThreadPoolTest, DestructorRunsTheTasksStillQueued) {
   release.set_value();
   pool.reset();
   EXPECT_EQ(ran.load(), kQueued);
+}
+
+// The destructor waits for the running task, then runs every queued one.
+TEST(ThreadPoolTest, DestroyingAPoolRunsEveryQueuedTaskFirst) {
+  std::atomic<int> ran{0};
+  Gate unblock;
+  Counter blocked;
+  auto pool = std::make_unique<ThreadPool>(1);
+  pool->Schedule([&] {
+    blocked.Increment();
+    unblock.Wait();
+  });
+  ASSERT_TRUE(blocked.WaitFor(1));
+  for (int i = 0; i < 100; ++i) pool->Schedule([&] { ++ran; });
+  auto destroyed = std::async(std::launch::async, [&] { pool.reset(); });
+  EXPECT_EQ(destroyed.wait_for(std::chrono::milliseconds(100)),
+            std::future_status::timeout);  // Waits for the running task.
+  unblock.Open();
+  ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(30)),
+            std::future_status::ready);
+  EXPECT_EQ(ran, 100);
 }
 
 TEST(ThreadPoolTest, RunsMoveOnlyTasks) {

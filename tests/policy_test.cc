@@ -20,7 +20,7 @@
 #include "paddock/cache.h"
 #include "paddock/clock.h"
 #include "paddock/executor.h"
-#include "test_util.h"
+#include "paddock/testing/sync.h"
 
 namespace paddock {
 namespace {

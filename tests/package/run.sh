@@ -6,11 +6,13 @@
 # MODE is
 #   find_package      configure, build and install paddock (library only) into
 #                     WORK_DIR/prefix, build the consumer with
-#                     find_package(paddock), run it; then check that
+#                     find_package(paddock), run it (and, if it found GTest,
+#                     the policy contract over its own policy, compiled
+#                     against the installed header); then check that
 #                     `pkg-config --cflags --libs paddock` builds a one-file
 #                     program from the same main.cpp, and run that too.
 #   add_subdirectory  build the consumer with add_subdirectory(SOURCE_DIR), run
-#                     it.
+#                     it (and the policy contract, as above).
 # When paddock is built with paddock::redis (hiredis found), the consumer also
 # builds and runs redis_main.cpp against it, and in find_package mode
 # paddock-redis.pc must build it too.
@@ -63,6 +65,18 @@ run_redis_consumer() {
   fi
 }
 
+# Runs the policy contract over the consumer's own policy, if the consumer
+# found GTest and built it.
+run_contract_consumer() {
+  local exe="$work_dir/consumer-build/contract_consumer"
+  if [[ -x "$exe" ]]; then
+    step "run the policy contract over the consumer's policy"
+    "$exe" --gtest_brief=1
+  else
+    step "policy contract consumer skipped: the consumer found no GTest"
+  fi
+}
+
 case "$mode" in
   find_package)
     prefix="$work_dir/prefix"
@@ -75,6 +89,12 @@ case "$mode" in
     "$cmake" --build "$work_dir/paddock-build"
     step "install paddock into $prefix"
     "$cmake" --install "$work_dir/paddock-build"
+    for header in paddock/testing/policy_contract.h paddock/testing/sync.h; do
+      if [[ -z "$(find "$prefix" -path "*/include/$header" -print -quit)" ]]; then
+        echo "$header was not installed under $prefix" >&2
+        exit 1
+      fi
+    done
 
     step "configure the consumer (find_package)"
     "$cmake" -S "$consumer_dir" -B "$work_dir/consumer-build" \
@@ -85,6 +105,7 @@ case "$mode" in
     step "run the consumer"
     "$work_dir/consumer-build/consumer"
     run_redis_consumer
+    run_contract_consumer
 
     step "pkg-config"
     pc_file=$(find "$prefix" -name paddock.pc -print -quit)
@@ -128,6 +149,7 @@ case "$mode" in
     step "run the consumer"
     "$work_dir/consumer-build/consumer"
     run_redis_consumer
+    run_contract_consumer
     ;;
 esac
 

@@ -1,11 +1,12 @@
-// File: tests/test_util.h
+// File: paddock/testing/sync.h
 // -----------------------------------------------------------------------------
 // Small synchronisation helpers for tests with real threads: a gate loaders
-// block on until the test opens it, and a counter tests can wait on. Waits
-// are bounded so a broken test fails instead of hanging.
+// block on until the test opens it, and a counter tests can wait on. Waits are
+// bounded so a broken test fails instead of hanging. Used by paddock's tests
+// and by the policy contract (paddock/testing/policy_contract.h).
 
-#ifndef PADDOCK_TESTS_TEST_UTIL_H_
-#define PADDOCK_TESTS_TEST_UTIL_H_
+#ifndef PADDOCK_TESTING_SYNC_H_
+#define PADDOCK_TESTING_SYNC_H_
 
 #include <chrono>
 #include <condition_variable>
@@ -13,7 +14,9 @@
 
 namespace paddock::testing {
 
-// Threads calling Wait() block until Open() is called.
+// Gate
+//
+// Threads calling `Wait()` block until `Open()` is called. Thread-safe.
 class Gate {
  public:
   void Open() {
@@ -35,7 +38,9 @@ class Gate {
   bool open_ = false;
 };
 
-// A counter whose value can be awaited.
+// Counter
+//
+// A counter whose value can be awaited. Thread-safe.
 class Counter {
  public:
   int Increment() {
@@ -66,4 +71,4 @@ class Counter {
 
 }  // namespace paddock::testing
 
-#endif  // PADDOCK_TESTS_TEST_UTIL_H_
+#endif  // PADDOCK_TESTING_SYNC_H_
