@@ -2,11 +2,14 @@
 
 #include "paddock/clock.h"
 
+#include <sys/wait.h>
 #include <time.h>  // clock_gettime: the clock SystemClock documents it reads.
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <latch>
 #include <stdexcept>
 #include <thread>
@@ -15,6 +18,11 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "paddock/cache.h"
+#include "paddock/options.h"
+#include "paddock/policy.h"
+#include "sanitizers.h"
+#include "thread_limit.h"
 
 namespace paddock {
 namespace {
@@ -228,6 +236,62 @@ TEST(SystemClockTest, CoarseNowCatchesUpWithoutCallsToNow) {
     coarse = SystemClock::CoarseNowNanos();
   }
   EXPECT_GE(coarse, monotonic);
+}
+
+}  // namespace
+}  // namespace paddock
+
+namespace paddock {
+namespace {
+
+// Counts loads of a cache on the default clock (ttl 50 ms) while it is read
+// every 100 ms for a second: about ten when expiry is noticed on hits.
+int LoadsOverOneSecondOfReads() {
+  int loads = 0;
+  Cache<int, int, SingleFlight> cache(
+      [&](const int& k) -> absl::StatusOr<int> {
+        ++loads;
+        return k;
+      },
+      Options{.ttl = absl::Milliseconds(50)});
+  for (int i = 0; i < 10; ++i) {
+    if (!cache.Get(1).ok()) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return loads;
+}
+
+TEST(SystemClockDeathTest, WithoutATickerThreadHitsReadThePreciseClock) {
+  // Before the fix, the coarse time was published before the ticker thread
+  // was started; when that failed, the first hit threw std::system_error
+  // and the coarse clock never moved again (1 load instead of ~10).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        if (!testing::LimitTasksOfThisUser(1)) std::_Exit(2);
+        try {
+          std::_Exit(LoadsOverOneSecondOfReads() >= 5 ? 0 : 1);
+        } catch (...) {
+          std::_Exit(3);
+        }
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(SystemClockTest, AForkedChildStartsATickerOfItsOwn) {
+  if (PADDOCK_TEST_TSAN) {
+    GTEST_SKIP() << "ThreadSanitizer stops a forked child that starts a thread";
+  }
+  // The parent's ticker does not survive fork(): before the fix the child's
+  // coarse clock stopped, and hits served expired values as fresh.
+  SystemClock::CoarseNowNanos();  // The parent's ticker runs.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(LoadsOverOneSecondOfReads() >= 5 ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

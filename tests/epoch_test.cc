@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <future>
 #include <latch>
 #include <memory>
@@ -295,6 +296,49 @@ TEST(EpochTest, ReadersInsideAGuardNeverSeeAnObjectFreed) {
                     [](const auto& object) { return object->freed.load(); });
   EXPECT_EQ(freed_count, kSwaps);
   EXPECT_FALSE(objects.back()->freed.load());
+}
+
+}  // namespace
+}  // namespace paddock::internal
+
+namespace paddock::internal {
+namespace {
+
+TEST(EpochDeathTest, AFailingMembarrierSwitchesGuardsToTheFencedPathSafely) {
+  // As if a seccomp filter installed after start-up denied membarrier: the
+  // reclaimer must stop relying on it, readers must switch to the seq_cst
+  // path, and reclamation must go on. In a process of its own: the switch
+  // is for good.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        CurrentThreadRecord();  // Decides the announcement path.
+        if (!asymmetric_fence.load()) std::_Exit(0);  // Never used it.
+        std::atomic<bool> stop{false};
+        std::atomic<uint64_t> reads{0};
+        auto* shared = new std::atomic<int*>(new int(0));
+        std::thread reader([&] {
+          while (!stop.load()) {
+            EpochGuard guard;
+            const int* p = shared->load(std::memory_order_acquire);
+            reads.fetch_add(static_cast<uint64_t>(*p >= 0));
+          }
+        });
+        while (reads.load() == 0) std::this_thread::yield();
+        SimulateMembarrierFailureForTest();
+        for (int i = 1; i <= 20000; ++i) {
+          int* old = shared->exchange(new int(i), std::memory_order_acq_rel);
+          RetireObject(old);
+        }
+        const uint64_t reads_during = reads.load();
+        stop = true;
+        reader.join();
+        TryReclaim();
+        if (asymmetric_fence.load()) std::_Exit(1);     // Not switched.
+        if (PendingRetirements() > 100) std::_Exit(2);  // Not reclaiming.
+        std::_Exit(reads_during > 0 ? 0 : 3);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -5,17 +5,20 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <future>
 #include <latch>
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/testing/sync.h"
+#include "thread_limit.h"
 
 namespace paddock {
 namespace {
@@ -286,6 +289,30 @@ TEST(ManualExecutorTest, QueuesEveryTaskScheduledFromSeveralThreads) {
   EXPECT_EQ(executor.RunAll(),
             static_cast<size_t>(kSchedulers * kTasksPerScheduler));
   EXPECT_EQ(ran, kSchedulers * kTasksPerScheduler);
+}
+
+}  // namespace
+}  // namespace paddock
+
+namespace paddock {
+namespace {
+
+TEST(ThreadPoolDeathTest, APoolWhoseThreadsCannotAllStartThrowsSystemError) {
+  // Before the fix, the threads already started were destroyed joinable
+  // during unwinding: std::terminate instead of an exception.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        // This process and two more tasks: the third thread cannot start.
+        if (!testing::LimitTasksOfThisUser(3)) std::_Exit(2);
+        try {
+          ThreadPool pool(64);
+        } catch (const std::system_error&) {
+          std::_Exit(0);
+        }
+        std::_Exit(1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -60,20 +60,24 @@ TEST(LoadSlotsTest, AWaiterIsWokenWhenASlotIsReleased) {
 }
 
 TEST(LoadSlotsTest, AWaiterTakesTheSlotOfAHolderThatAgesOutWhileItWaits) {
-  // The holder never returns; the waiter waits without a time limit. Once
-  // the holder is past the maximum age (on the cache clock, advanced here),
-  // the waiter must take its slot rather than wait for a release that never
-  // comes.
+  // The holder never returns. Once it is past the maximum age (on the cache
+  // clock, advanced here after the waiter looked once and blocked), the
+  // waiter must take its slot rather than wait for a release that never
+  // comes. Before the fix it waited out its whole timeout.
   LoadSlots slots(1, absl::Milliseconds(200));
   std::atomic<int64_t> cache_now{0};
+  std::atomic<int> looks{0};
   ASSERT_NE(slots.TryAcquire(0), 0u);  // Hung holder.
   std::atomic<LoadSlots::Ticket> got{0};
   std::thread waiter([&] {
-    got = slots.AcquireFor(absl::InfiniteDuration(),
-                           [&] { return cache_now.load(); });
+    got = slots.AcquireFor(absl::Seconds(20), [&] {
+      looks.fetch_add(1);
+      return cache_now.load();
+    });
   });
+  while (looks.load() == 0) std::this_thread::yield();
   cache_now = absl::ToInt64Nanoseconds(absl::Milliseconds(250));
-  waiter.join();  // Would block forever before the fix.
+  waiter.join();
   EXPECT_NE(got.load(), 0u);
 }
 

@@ -23,8 +23,10 @@ enum class LoadKind {
 // Every method has an empty default, so override only what you need. Methods
 // are called on the thread where the event happens, never under a cache lock,
 // possibly from several threads at once: implementations must be thread-safe
-// and quick. A listener must not call back into the cache that calls it.
-// Exceptions thrown from a listener terminate the process.
+// and quick. A listener must not call back into the cache that calls it. An
+// exception thrown from a listener method is caught and dropped: the cache
+// carries on as if the method had returned (monitoring must not fail a
+// lookup).
 class Listener {
  public:
   virtual ~Listener() = default;
@@ -45,7 +47,9 @@ class Listener {
   // A caller started waiting for a load another caller runs.
   virtual void OnCoalescedWait() {}
 
-  // A caller stopped waiting at `Options::wait_timeout`.
+  // A caller stopped waiting, at `Options::wait_timeout`, for a load another
+  // caller runs. (A caller that finds no free load slot within
+  // `wait_timeout` gets DeadlineExceeded without this call.)
   virtual void OnWaitTimeout() {}
 
   // An entry was removed to stay within `Options::max_entries`.

@@ -24,6 +24,11 @@ inline int64_t ToNanosSaturated(absl::Duration d) {
 
 // `t + d`, clamped to the int64 range.
 inline int64_t AddSaturated(int64_t t, absl::Duration d) {
+  // Infinite stays infinite whatever `t` is (before 1970 on a ManualClock).
+  if (d == absl::InfiniteDuration()) return std::numeric_limits<int64_t>::max();
+  if (d == -absl::InfiniteDuration()) {
+    return std::numeric_limits<int64_t>::min();
+  }
   const int64_t n = ToNanosSaturated(d);
   int64_t sum;
   if (__builtin_add_overflow(t, n, &sum)) {
