@@ -13,6 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "paddock/internal/mutex.h"
+
 namespace paddock::internal {
 
 constinit std::atomic<uint64_t> global_epoch{1};
@@ -114,19 +117,19 @@ struct Retired {
 
 // Records are never freed: a reused record keeps its index, so per-thread
 // stripes stay dense.
-std::mutex registry_mu;
+constinit Mutex registry_mu;
 std::atomic<ThreadRecord*> records_head{nullptr};
-uint32_t next_index = 0;  // Guarded by registry_mu.
+uint32_t next_index ABSL_GUARDED_BY(registry_mu) = 0;
 
-std::mutex retire_mu;
-size_t retired_since_advance = 0;  // Guarded by retire_mu.
+constinit Mutex retire_mu;
+size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
 
 // Objects retired while the global epoch was E sit in Retired()[E % 3].
 // Guarded by retire_mu. Made on first use rather than during static
 // initialisation, so a cache destroyed by another global's initialiser finds
 // it; never destroyed: what is still waiting at exit stays reachable, not
 // leaked.
-std::vector<Retired>* RetiredLists() {
+std::vector<Retired>* RetiredLists() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
   static std::vector<Retired>* const lists = new std::vector<Retired>[3];
   return lists;
 }
@@ -166,14 +169,14 @@ struct RecordOwner {
     // Later guards on this thread must acquire a record of their own.
     *cache = nullptr;
     record->state.store(0, std::memory_order_release);
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     record->in_use.store(false, std::memory_order_release);
   }
 };
 
 // Tries to move the global epoch forward; on success returns the objects that
 // became safe to free. Requires retire_mu.
-std::vector<Retired> AdvanceLocked() {
+std::vector<Retired> AdvanceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
   HeavyFence();
   const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
   for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
@@ -197,7 +200,8 @@ size_t Free(std::vector<Retired>& objects) {
 // Moves `items` into the current epoch's list; advances the epoch if enough
 // retirements accumulated. Returns what became safe to free. Requires
 // retire_mu.
-std::vector<Retired> AddLocked(const Retired* items, size_t n) {
+std::vector<Retired> AddLocked(const Retired* items, size_t n)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
   std::vector<Retired>& bucket =
       RetiredLists()[global_epoch.load(std::memory_order_seq_cst) % 3];
   bucket.insert(bucket.end(), items, items + n);
@@ -212,7 +216,7 @@ void FlushBuffer() {
   if (buffer_destroyed || buffer.size == 0) return;
   std::vector<Retired> freeable;
   {
-    std::lock_guard<std::mutex> lock(retire_mu);
+    MutexLock lock(&retire_mu);
     freeable = AddLocked(buffer.items, buffer.size);
     buffer.size = 0;
   }
@@ -242,7 +246,7 @@ ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
   InitAsymmetricFenceOnce();
   ThreadRecord* record = nullptr;
   {
-    std::lock_guard<std::mutex> lock(registry_mu);
+    MutexLock lock(&registry_mu);
     for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
          r != nullptr; r = r->next) {
       if (!r->in_use.load(std::memory_order_relaxed)) {
@@ -275,7 +279,7 @@ void Retire(void* p, void (*deleter)(void*)) {
   }
   std::vector<Retired> freeable;
   {
-    std::lock_guard<std::mutex> lock(retire_mu);
+    MutexLock lock(&retire_mu);
     freeable = AddLocked(&r, 1);
   }
   Free(freeable);
@@ -288,7 +292,7 @@ size_t TryReclaim() {
   for (int i = 0; i < 3; ++i) {
     std::vector<Retired> freeable;
     {
-      std::lock_guard<std::mutex> lock(retire_mu);
+      MutexLock lock(&retire_mu);
       freeable = AdvanceLocked();
     }
     freed += Free(freeable);
@@ -298,7 +302,7 @@ size_t TryReclaim() {
 
 size_t PendingRetirements() {
   const size_t buffered = buffer_destroyed ? 0 : buffer.size;
-  std::lock_guard<std::mutex> lock(retire_mu);
+  MutexLock lock(&retire_mu);
   const std::vector<Retired>* lists = RetiredLists();
   return buffered + lists[0].size() + lists[1].size() + lists[2].size();
 }

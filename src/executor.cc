@@ -30,7 +30,7 @@ ThreadPool::~ThreadPool() { StopAndJoin(); }
 
 void ThreadPool::StopAndJoin() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    internal::MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -39,7 +39,7 @@ void ThreadPool::StopAndJoin() {
 
 void ThreadPool::Schedule(Task task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    internal::MutexLock lock(&mu_);
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -49,8 +49,10 @@ void ThreadPool::Work() {
   for (;;) {
     Task task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      internal::MutexLock lock(&mu_);
+      mu_.Await(cv_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return stopping_ || !queue_.empty();
+      });
       if (queue_.empty()) return;  // Stopping, and the queue is drained.
       task = std::move(queue_.front());
       queue_.pop_front();
@@ -60,14 +62,14 @@ void ThreadPool::Work() {
 }
 
 void ManualExecutor::Schedule(Task task) {
-  std::lock_guard<std::mutex> lock(mu_);
+  internal::MutexLock lock(&mu_);
   queue_.push_back(std::move(task));
 }
 
 bool ManualExecutor::RunOne() {
   Task task;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    internal::MutexLock lock(&mu_);
     if (queue_.empty()) return false;
     task = std::move(queue_.front());
     queue_.pop_front();
@@ -83,7 +85,7 @@ size_t ManualExecutor::RunAll() {
 }
 
 size_t ManualExecutor::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  internal::MutexLock lock(&mu_);
   return queue_.size();
 }
 

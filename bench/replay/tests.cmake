@@ -1,4 +1,4 @@
-# The replay's smoke test (issue 4): every policy at a tiny time scale, then
+# The replay's smoke test: every policy at a tiny time scale, then
 # the JSON's shape and the structural facts (check_replay.cmake). Included by
 # bench/CMakeLists.txt; a test exists only when testing is enabled.
 if(TARGET paddock_replay)

@@ -10,11 +10,12 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "paddock/internal/mutex.h"
 
 namespace paddock {
 
@@ -71,10 +72,10 @@ class ThreadPool final : public Executor {
   void Work();
   void StopAndJoin();
 
-  std::mutex mu_;
+  internal::Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;  // Guarded by mu_.
-  bool stopping_ = false;   // Guarded by mu_.
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 
@@ -112,8 +113,8 @@ class ManualExecutor final : public Executor {
   size_t pending() const;
 
  private:
-  mutable std::mutex mu_;
-  std::deque<Task> queue_;  // Guarded by mu_.
+  mutable internal::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paddock

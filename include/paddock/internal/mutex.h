@@ -25,7 +25,8 @@ inline int LocksHeld() { return locks_held; }
 
 class ABSL_LOCKABLE Mutex {
  public:
-  Mutex() = default;
+  // Constant-initialised, like std::mutex: usable by static initialisers.
+  constexpr Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
