@@ -40,6 +40,10 @@ Stats DistinctStats() {
   s.negative_hits = 10;
   s.stale_fallbacks = 11;
   s.refreshes_skipped = 12;
+  s.shared_hits = 13;
+  s.leases_acquired = 14;
+  s.lease_waits = 15;
+  s.shared_errors = 16;
   s.total_load_time = absl::Milliseconds(1500);
   return s;
 }
@@ -63,6 +67,10 @@ TEST(ToPrometheusTest, RendersEveryFieldAsALabelledCounter) {
       R"(paddock_negative_hits_total{cache="exhibition"} 10)",
       R"(paddock_stale_fallbacks_total{cache="exhibition"} 11)",
       R"(paddock_refreshes_skipped_total{cache="exhibition"} 12)",
+      R"(paddock_shared_hits_total{cache="exhibition"} 13)",
+      R"(paddock_leases_acquired_total{cache="exhibition"} 14)",
+      R"(paddock_lease_waits_total{cache="exhibition"} 15)",
+      R"(paddock_shared_errors_total{cache="exhibition"} 16)",
       R"(paddock_load_seconds_total{cache="exhibition"} 1.5)",
   };
   std::vector<std::string> samples;
@@ -75,7 +83,7 @@ TEST(ToPrometheusTest, RendersEveryFieldAsALabelledCounter) {
 TEST(ToPrometheusTest, EachMetricHasHelpThenTypeThenItsSample) {
   const std::vector<std::string> lines =
       Lines(ToPrometheus(DistinctStats(), "exhibition"));
-  ASSERT_EQ(lines.size(), 13u * 3);
+  ASSERT_EQ(lines.size(), 17u * 3);
   std::set<std::string> names;
   for (size_t i = 0; i < lines.size(); i += 3) {
     ASSERT_THAT(lines[i], MatchesRegex("# HELP paddock_[a-z_]+_total [^ ].*"));
@@ -84,7 +92,7 @@ TEST(ToPrometheusTest, EachMetricHasHelpThenTypeThenItsSample) {
     EXPECT_TRUE(lines[i + 2].starts_with(name + "{")) << lines[i + 2];
     names.insert(name);
   }
-  EXPECT_EQ(names.size(), 13u) << "a metric name appears twice";
+  EXPECT_EQ(names.size(), 17u) << "a metric name appears twice";
 }
 
 TEST(ToPrometheusTest, EverySampleLineParses) {
@@ -161,7 +169,7 @@ TEST(AppendPrometheusTest, GroupsTheSamplesOfSeveralCachesUnderOneHeader) {
   for (const std::string& line : Lines(out)) {
     if (line.starts_with("# TYPE ")) ++types;
   }
-  EXPECT_EQ(types, 13u);
+  EXPECT_EQ(types, 17u);
 }
 
 TEST(AppendPrometheusTest, OneCacheMatchesToPrometheus) {

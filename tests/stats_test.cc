@@ -19,9 +19,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Twelve counters and one duration. If this fails, Stats gained a field: add
-// it to the formatter, to `kCounters` and to the tests below.
-static_assert(sizeof(Stats) == 12 * sizeof(uint64_t) + sizeof(absl::Duration));
+// Sixteen counters and one duration. If this fails, Stats gained a field: add
+// it to internal/stats_fields.h, to `kCounters` and to the tests below.
+static_assert(sizeof(Stats) == 16 * sizeof(uint64_t) + sizeof(absl::Duration));
 
 // Every counter of Stats, so a test can cover each one.
 constexpr uint64_t Stats::*kCounters[] = {
@@ -29,6 +29,8 @@ constexpr uint64_t Stats::*kCounters[] = {
     &Stats::loads,         &Stats::load_failures,   &Stats::coalesced_waits,
     &Stats::refreshes,     &Stats::wait_timeouts,   &Stats::evictions,
     &Stats::negative_hits, &Stats::stale_fallbacks, &Stats::refreshes_skipped,
+    &Stats::shared_hits,   &Stats::leases_acquired, &Stats::lease_waits,
+    &Stats::shared_errors,
 };
 
 // A Stats with a different value in every field.
@@ -46,6 +48,10 @@ Stats DistinctStats() {
       .negative_hits = 10,
       .stale_fallbacks = 11,
       .refreshes_skipped = 12,
+      .shared_hits = 13,
+      .leases_acquired = 14,
+      .lease_waits = 15,
+      .shared_errors = 16,
       .total_load_time = absl::Milliseconds(1500),
   };
 }
@@ -59,6 +65,8 @@ TEST(StatsFormatTest, ListsEveryFieldAsNameEqualsValueOnOneLine) {
                           "load_failures=5", "coalesced_waits=6", "refreshes=7",
                           "wait_timeouts=8", "evictions=9", "negative_hits=10",
                           "stale_fallbacks=11", "refreshes_skipped=12",
+                          "shared_hits=13", "leases_acquired=14",
+                          "lease_waits=15", "shared_errors=16",
                           "total_load_time=1.5s"));
 }
 
@@ -67,6 +75,7 @@ TEST(StatsFormatTest, FormatsEmptyStatsAsZeros) {
             "hits=0 stale_hits=0 misses=0 loads=0 load_failures=0 "
             "coalesced_waits=0 refreshes=0 wait_timeouts=0 evictions=0 "
             "negative_hits=0 stale_fallbacks=0 refreshes_skipped=0 "
+            "shared_hits=0 leases_acquired=0 lease_waits=0 shared_errors=0 "
             "total_load_time=0");
 }
 

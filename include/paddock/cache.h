@@ -44,6 +44,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -58,7 +59,9 @@
 #include "paddock/clock.h"
 #include "paddock/executor.h"
 #include "paddock/internal/entry.h"
+#include "paddock/codec.h"
 #include "paddock/internal/epoch.h"
+#include "paddock/internal/fleet.h"
 #include "paddock/internal/flight.h"
 #include "paddock/internal/hash_mix.h"
 #include "paddock/internal/lifeline.h"
@@ -72,6 +75,7 @@
 #include "paddock/options.h"
 #include "paddock/policy.h"
 #include "paddock/random.h"
+#include "paddock/shared_tier.h"
 #include "paddock/stats.h"
 
 namespace paddock {
@@ -87,8 +91,10 @@ class Cache {
   using Loader = absl::AnyInvocable<absl::StatusOr<V>(const K&) const>;
 
   // Throws `std::invalid_argument` naming the field and the value if
-  // `options` or `policy` is invalid (see `Options::Validate()`), or if
-  // `loader` is empty.
+  // `options` or `policy` is invalid (see `Options::Validate()`), if
+  // `loader` is empty, or if `options.shared` is set for types without a
+  // `paddock::Codec` (V needs Encode and Decode, K Encode). With a shared
+  // tier, subscribes to other caches' writes until destroyed.
   explicit Cache(Loader loader, Options options = {}, Policy policy = {});
 
   // Blocks until background loads of this cache that are running have
@@ -112,6 +118,12 @@ class Cache {
   // or `absl::DeadlineExceededError` (the load carries on and its result is
   // stored). A caller that finds a background refresh of the key still
   // queued on the executor runs it itself rather than wait for the executor.
+  // With a shared tier (`Options::shared`), the caller that would load asks
+  // the tier first: it takes the tier's value, or loads for the whole fleet
+  // under a lease and writes the value there, or waits (within
+  // `wait_timeout`) for the process that holds the lease, serving the
+  // tier's stale value at once where the policy serves stale. A tier that
+  // fails is counted and skipped: the caller loads as if there were none.
   // Errors:
   //  - the loader's error, passed to every caller of that load and cached
   //    only for `Options::error_ttl`; a stale value instead while the policy
@@ -141,18 +153,25 @@ class Cache {
   //
   // Stores `value` for `key` as if it had just been loaded. A load of `key`
   // in flight still answers its waiters but no longer stores its result.
-  // May evict an entry. Thread-safe; takes the key's shard lock briefly.
+  // May evict an entry. With a shared tier, writes through (a load in flight
+  // anywhere stores nothing) and other caches drop their copies; a value
+  // over the tier's size limit invalidates the tier's record instead.
+  // Thread-safe; takes the key's shard lock briefly; with a shared tier,
+  // blocks for one call to it (bounded by its I/O timeout).
   void Put(const K& key, V value);
 
   // Cache::Invalidate()
   //
   // Removes `key`. A load of `key` in flight still answers its waiters but
-  // no longer stores its result; the next `Get` loads anew. Thread-safe.
+  // no longer stores its result; the next `Get` loads anew. With a shared
+  // tier, removes the tier's record and lease too and other caches drop
+  // their copies. Thread-safe; with a shared tier, blocks for one call to it.
   void Invalidate(const K& key);
 
   // Cache::InvalidateAll()
   //
-  // `Invalidate` for every key, one shard at a time. Thread-safe.
+  // `Invalidate` for every key, one shard at a time, in this cache only: a
+  // shared tier's records stay (it cannot list them cheaply). Thread-safe.
   void InvalidateAll();
 
   // Cache::size()
@@ -200,6 +219,16 @@ class Cache {
     std::shared_ptr<Flight> flight;
     LoadKind kind;
     internal::LoadSlots::Ticket slot = 0;
+    // A caller waits for this outcome (not a background refresh).
+    bool caller_waits = false;
+    // What the shared-tier path learned, for storing the outcome:
+    const SharedRecord* from_tier = nullptr;  // The value came from here.
+    std::optional<Lifetime> lifetime = {};  // The schedule written to the tier.
+    std::string version = {};  // The tier's name for the value.
+    bool lease_lost = false;           // The fill lost its lease: store none.
+    // On failure, stand in with a value the policy still keeps (as for a
+    // caller whose wait timed out), not only one it serves on errors.
+    bool stale_until_keep = false;
   };
 
   // What a stored entry answers a lookup at some instant.
@@ -213,6 +242,9 @@ class Cache {
   };
 
   class RefreshTask;
+  class TierSubscriber;
+
+  static constexpr bool kShareable = internal::kShareable<K, V>;
 
   static Options Resolve(Options options);
 
@@ -265,8 +297,23 @@ class Cache {
   // Runs `load` on this thread (taking a slot first if it has none) and
   // returns what its caller gets.
   absl::StatusOr<V> Lead(Load load);
-  // Calls the loader, stores, publishes; returns the outcome.
+  // Loads (through the shared tier, if any), stores, publishes; returns the
+  // outcome.
   Outcome RunLoad(Load& load);
+  // Calls the loader on this thread; with a lease, writes the result to the
+  // shared tier before storing it.
+  Outcome LoadHere(Load& load, const std::string* key_bytes,
+                   const std::string* lease_token);
+  // The shared tier's part of a load: its value, a lease, or a wait.
+  Outcome RunFleetLoad(Load& load);
+  // Writes a load's result to the shared tier under `lease_token`.
+  void FillTier(Load& load, const std::string& key_bytes,
+                const std::string& lease_token, const absl::StatusOr<V>& result,
+                int64_t started, int64_t finished);
+  // Whether the policy serves `record`'s value, stale, at `now`.
+  bool ServesStale(const SharedRecord& record, int64_t now);
+  // The shared version of the value this process holds for `load`'s key.
+  std::string LocalVersion(const Load& load) const;
   absl::StatusOr<V> CallLoader(const K& key);
   // Ends `load` with `result` whatever happens: stores it if the load still
   // owns its key, and publishes it to the load's waiters. Never throws.
@@ -278,9 +325,23 @@ class Cache {
   // A caller's result from a load's outcome; counts a stale fallback.
   absl::StatusOr<V> Serve(const Outcome& outcome);
   // A new entry for `value` loaded (or put) at `now`, its lifetime set by the
-  // policy. Call without a lock.
+  // policy (or given). Call without a lock.
   std::unique_ptr<Entry> NewEntry(const K& key, size_t hash, V value,
-                                  int64_t load_duration, int64_t now);
+                                  int64_t load_duration, int64_t now,
+                                  const std::optional<Lifetime>& life = {});
+  // A new entry for `value` read from the shared tier at `now`: its schedule
+  // is the record's, counted from when the tier stored it.
+  std::unique_ptr<Entry> EntryFromTier(const K& key, size_t hash, V value,
+                                       const SharedRecord& record,
+                                       int64_t now);
+  // The local halves of Invalidate and InvalidateAll (what the shared tier's
+  // messages from other caches trigger).
+  void InvalidateLocally(const K& key, size_t hash);
+  void InvalidateAllLocally();
+  // Writes a Put through to the shared tier.
+  void PutThrough(const K& key, const std::string* value_bytes,
+                  const Lifetime& life, int64_t load_duration,
+                  const std::string& version);
 
   // -- Background refreshes.
   // Registers a refresh of `key`, whose entry is `n`, and puts its task in
@@ -311,6 +372,45 @@ class Cache {
       std::make_shared<internal::Lifeline>();
   std::once_flag pool_once_;
   std::unique_ptr<ThreadPool> pool_;  // The default executor, made lazily.
+  // The shared tier (Options::shared), and this cache's subscription to
+  // other caches' writes; destroyed first.
+  SharedTier* const tier_;
+  std::unique_ptr<TierSubscriber> subscriber_;
+  std::unique_ptr<SharedTier::Subscription> subscription_;
+};
+
+// Turns other caches' writes, announced by the shared tier, into local
+// invalidations. Runs on the tier's thread.
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+class Cache<K, V, P, H, E>::TierSubscriber final
+    : public SharedTier::Subscriber {
+ public:
+  explicit TierSubscriber(Cache* cache) : cache_(cache) {}
+
+  void OnInvalidate(std::string_view key_bytes) override {
+    try {
+      if constexpr (Decodable<K>) {
+        if (absl::StatusOr<K> key = Codec<K>::Decode(key_bytes); key.ok()) {
+          cache_->InvalidateLocally(*key, cache_->HashOf(*key));
+          return;
+        }
+      }
+      // A key this cache cannot read back: drop every copy, to be safe.
+      cache_->InvalidateAllLocally();
+    } catch (...) {
+      cache_->InvalidateAllLocally();
+    }
+  }
+  void OnMissedInvalidations() override {
+    try {
+      cache_->InvalidateAllLocally();
+    } catch (...) {
+      // Out of memory listing the entries: they expire on their own.
+    }
+  }
+
+ private:
+  Cache* const cache_;
 };
 
 // A scheduled background refresh. It holds its flight from registration; the
@@ -400,7 +500,8 @@ Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
       shards_(new Shard[shard_count_]),
       rng_(internal::SeedOrRandom(options_.seed)),
       slots_(options_.max_concurrent_loads, options_.max_load_age),
-      recorder_(options_.listener) {
+      recorder_(options_.listener),
+      tier_(options_.shared.get()) {
   if (!loader_) {
     throw std::invalid_argument("paddock::Cache: loader must not be empty");
   }
@@ -414,10 +515,22 @@ Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
   for (size_t i = 0; i < shard_count_; ++i) {
     shards_[i].set_capacity(base + (i < extra ? 1 : 0));
   }
+  if (tier_ != nullptr) {
+    if constexpr (kShareable) {
+      subscriber_ = std::make_unique<TierSubscriber>(this);
+      subscription_ = tier_->Subscribe(subscriber_.get());
+    } else {
+      throw std::invalid_argument(
+          "paddock::Cache: Options::shared needs paddock::Codec<V> with "
+          "Encode and Decode, and paddock::Codec<K> with Encode "
+          "(paddock/codec.h), for this cache's key and value types");
+    }
+  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::~Cache() {
+  subscription_.reset();  // No tier callback runs after this.
   lifeline_->CloseAndWait();
   pool_.reset();    // Runs queued tasks, which now skip the closed cache.
   shards_.reset();  // No reader can be inside: entries are freed directly.
@@ -646,6 +759,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(const Outcome& outcome) {
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
+  load.caller_waits = true;
   if (load.slot == 0) {
     load.slot =
         slots_.AcquireFor(options_.wait_timeout, [this] { return NowNanos(); });
@@ -679,6 +793,15 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key) {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunLoad(
     Load& load) {
+  if constexpr (kShareable) {
+    if (tier_ != nullptr) return RunFleetLoad(load);
+  }
+  return LoadHere(load, nullptr, nullptr);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::LoadHere(
+    Load& load, const std::string* key_bytes, const std::string* lease_token) {
   // The slot goes back however the load ends.
   absl::Cleanup release_slot = [&] {
     slots_.Release(std::exchange(load.slot, 0));
@@ -694,8 +817,184 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunLoad(
   std::move(release_slot).Invoke();
   recorder_.LoadFinished(load.kind, absl::Nanoseconds(finished - started),
                          result.status());
+  if constexpr (kShareable) {
+    if (lease_token != nullptr) {
+      FillTier(load, *key_bytes, *lease_token, result, started, finished);
+    }
+  }
   return Complete(load, std::move(result), /*loader_ran=*/true, started,
                   finished);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunFleetLoad(
+    Load& load) {
+  std::string key_bytes;
+  std::string have_version;
+  try {
+    key_bytes = Codec<K>::Encode(load.key);
+    have_version = LocalVersion(load);
+  } catch (...) {
+    recorder_.SharedError();
+    return LoadHere(load, nullptr, nullptr);
+  }
+  // A caller waits for another process's fill as long as it would wait for
+  // a local load; a background refresh as long as a load may take.
+  const absl::Duration budget =
+      load.caller_waits ? options_.wait_timeout : options_.max_load_age;
+  const auto deadline =
+      internal::IsForever(budget)
+          ? std::chrono::steady_clock::time_point::max()
+          : std::chrono::steady_clock::now() +
+                absl::ToChronoNanoseconds(budget);
+  bool waited = false;
+  bool asked_past_bad_record = false;
+  for (;;) {
+    absl::StatusOr<SharedLookup> answer = tier_->Lookup(
+        key_bytes, have_version, internal::LeaseHoldFor(options_.max_load_age));
+    if (!answer.ok()) {
+      recorder_.SharedError();
+      return LoadHere(load, nullptr, nullptr);
+    }
+    SharedLookup& lookup = *answer;
+    if (lookup.lease == SharedLookup::Lease::kGranted) {
+      recorder_.LeaseAcquired();
+      return LoadHere(load, &key_bytes, &lookup.lease_token);
+    }
+    const bool held_elsewhere =
+        lookup.lease == SharedLookup::Lease::kHeldElsewhere;
+    if (held_elsewhere && !waited) {
+      recorder_.LeaseWait();
+      waited = true;
+    }
+    const int64_t now = NowNanos();
+    if (lookup.record.has_value()) {
+      const SharedRecord& record = *lookup.record;
+      std::optional<absl::StatusOr<V>> value;
+      if (!record.value.ok()) {
+        value.emplace(record.value.status());  // An error the fleet keeps.
+      } else if (absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
+                 decoded.ok()) {
+        value.emplace(*std::move(decoded));
+      }
+      if (!value.has_value()) {
+        // Undecodable (another format, garbage): a miss. Ask once more as
+        // the holder of that very version, which gets the lease, so that
+        // this load replaces it.
+        recorder_.SharedError();
+        if (asked_past_bad_record) return LoadHere(load, nullptr, nullptr);
+        asked_past_bad_record = true;
+        have_version = record.version;
+        continue;
+      }
+      if (!held_elsewhere ||
+          (load.caller_waits && value->ok() && ServesStale(record, now))) {
+        recorder_.SharedHit();
+        load.from_tier = &record;
+        const bool remembered_error = !value->ok();
+        return Complete(load, *std::move(value),
+                        /*loader_ran=*/remembered_error, now, now);
+      }
+    } else if (!held_elsewhere) {
+      recorder_.SharedError();  // "Fresh", with nothing: a broken tier.
+      return LoadHere(load, nullptr, nullptr);
+    }
+    // Another process loads this key: wait for its fill, then ask again (a
+    // holder that died lets the lease lapse, and this one may get it).
+    const auto steady_now = std::chrono::steady_clock::now();
+    if (steady_now >= deadline) {
+      load.stale_until_keep = load.caller_waits;
+      return Complete(
+          load,
+          absl::DeadlineExceededError(absl::StrCat(
+              "paddock: another process holds the shared tier's lease on "
+              "this key and did not fill it within ",
+              absl::FormatDuration(budget))),
+          /*loader_ran=*/false, now, now);
+    }
+    const absl::Duration wait = std::min(
+        {absl::FromChrono(deadline - steady_now),
+         lookup.lease_remaining + absl::Milliseconds(50), absl::Seconds(1)});
+    tier_->AwaitChange(key_bytes, wait);
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
+                                    const std::string& lease_token,
+                                    const absl::StatusOr<V>& result,
+                                    int64_t started, int64_t finished) {
+  const absl::Duration took = absl::Nanoseconds(finished - started);
+  SharedFill fill;
+  try {
+    if (result.ok()) {
+      // The schedule the local entry gets too.
+      const Lifetime life = policy_.OnStore(options_.ttl, took, rng_);
+      load.lifetime = life;
+      std::string bytes = Codec<V>::Encode(*result);
+      if (bytes.size() > tier_->max_value_bytes()) {
+        // Served and stored here only; the others may load it themselves.
+        if (!tier_->Release(key_bytes, lease_token).ok()) {
+          recorder_.SharedError();
+        }
+        return;
+      }
+      fill = SharedFill{.value = std::move(bytes),
+                        .fresh_for = life.expires_after,
+                        .keep_for = life.keep_for,
+                        .serve_on_error_for = life.serve_on_error_for,
+                        .load_duration = took,
+                        .version = internal::NewSharedVersion()};
+    } else if (options_.error_ttl > absl::ZeroDuration()) {
+      fill = SharedFill{.value = result.status(),
+                        .keep_for = options_.error_ttl,
+                        .load_duration = took,
+                        .version = internal::NewSharedVersion()};
+    } else {
+      // Not remembered: the next asker may load at once.
+      if (!tier_->Release(key_bytes, lease_token).ok()) {
+        recorder_.SharedError();
+      }
+      return;
+    }
+  } catch (...) {
+    // Encoding failed: nothing to write; the lease lapses on its own.
+    recorder_.SharedError();
+    return;
+  }
+  const absl::StatusOr<bool> filled = tier_->Fill(key_bytes, lease_token, fill);
+  if (!filled.ok()) {
+    recorder_.SharedError();  // Stored here all the same.
+  } else if (!*filled) {
+    // A Put or Invalidate somewhere (or a lapse) took the lease: like a
+    // local write during a load, it wins; this result goes only to its
+    // own callers.
+    load.lease_lost = true;
+  } else {
+    load.version = std::move(fill.version);
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+bool Cache<K, V, P, H, E>::ServesStale(const SharedRecord& record,
+                                       int64_t now) {
+  const int64_t loaded_at = now - internal::ToNanosSaturated(record.age);
+  const int64_t keep_until = internal::AddSaturated(loaded_at, record.keep_for);
+  if (now >= keep_until) return false;
+  const EntryState state{
+      absl::FromUnixNanos(loaded_at),
+      absl::FromUnixNanos(internal::AddSaturated(loaded_at, record.fresh_for)),
+      record.load_duration, /*refresh_in_flight=*/true};
+  return policy_.Decide(state, absl::FromUnixNanos(now), rng_) !=
+         Decision::kLoad;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::string Cache<K, V, P, H, E>::LocalVersion(const Load& load) const {
+  internal::EpochGuard guard;
+  const Entry* n = ShardFor(load.hash).Find(load.hash, load.key, eq_);
+  if (n == nullptr || n->shared_version == nullptr) return std::string();
+  return *n->shared_version;
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -744,17 +1043,36 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
     // Everything that copies V or calls the policy happens before the lock.
     std::unique_ptr<Entry> fresh;
     std::optional<Outcome> fallback;
-    if (outcome.value.ok()) {
-      fresh = NewEntry(key, load.hash, *outcome.value, finished - started,
-                       finished);
+    if (load.lease_lost) {
+      // Another writer won the shared tier: store nothing here either.
+    } else if (outcome.value.ok()) {
+      fresh = load.from_tier != nullptr
+                  ? EntryFromTier(key, load.hash, *outcome.value,
+                                  *load.from_tier, finished)
+                  : NewEntry(key, load.hash, *outcome.value,
+                             finished - started, finished, load.lifetime);
+      if (!load.version.empty()) {
+        fresh->shared_version = std::make_unique<const std::string>(load.version);
+      }
     } else {
       const bool has_value = current != nullptr && current->value.has_value();
       // Callers of this load get the stale value instead of the error.
-      const bool stand_in = has_value && finished < current->on_error_until;
+      const bool stand_in =
+          has_value && finished < (load.stale_until_keep
+                                       ? current->keep_until
+                                       : current->on_error_until);
       // A failed refresh never takes away the value it was refreshing.
       const bool keep_value =
           stand_in || (has_value && load.kind == LoadKind::kRefresh);
-      if (loader_ran && options_.error_ttl > absl::ZeroDuration()) {
+      if (load.from_tier != nullptr) {
+        // An error the fleet remembers: for what is left of its keep_for.
+        const int64_t stored_at =
+            finished - internal::ToNanosSaturated(load.from_tier->age);
+        fresh = internal::MakeErrorEntry(
+            load.hash, key, current, keep_value, outcome.value.status(),
+            stored_at - internal::ToNanosSaturated(load.from_tier->load_duration),
+            stored_at, load.from_tier->keep_for);
+      } else if (loader_ran && options_.error_ttl > absl::ZeroDuration()) {
         // Negative caching: no loader call for this key until error_until.
         fresh = internal::MakeErrorEntry(load.hash, key, current, keep_value,
                                          outcome.value.status(), started,
@@ -794,9 +1112,13 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::unique_ptr<typename Cache<K, V, P, H, E>::Entry>
 Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
-                               int64_t load_duration, int64_t now) {
+                               int64_t load_duration, int64_t now,
+                               const std::optional<Lifetime>& given) {
   const Lifetime life =
-      policy_.OnStore(options_.ttl, absl::Nanoseconds(load_duration), rng_);
+      given.has_value()
+          ? *given
+          : policy_.OnStore(options_.ttl, absl::Nanoseconds(load_duration),
+                            rng_);
   auto n = std::make_unique<Entry>(hash, key);
   n->value.emplace(std::move(value));
   n->loaded_at = now;
@@ -805,6 +1127,31 @@ Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
   n->expires_at = internal::AddSaturated(now, life.expires_after);
   n->keep_until = internal::AddSaturated(now, life.keep_for);
   n->on_error_until = internal::AddSaturated(now, life.serve_on_error_for);
+  return n;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::unique_ptr<typename Cache<K, V, P, H, E>::Entry>
+Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
+                                    const SharedRecord& record, int64_t now) {
+  // The quiet window is the hit path's business, not the fleet's: this
+  // policy's, within the record's freshness.
+  const absl::Duration quiet = std::min(
+      policy_.OnStore(options_.ttl, record.load_duration, rng_).quiet_for,
+      record.fresh_for);
+  // Counted from when the tier stored it, by the tier's clock, so that
+  // processes whose clocks disagree agree on what is fresh.
+  const int64_t loaded_at = now - internal::ToNanosSaturated(record.age);
+  auto n = std::make_unique<Entry>(hash, key);
+  n->value.emplace(std::move(value));
+  n->loaded_at = loaded_at;
+  n->load_duration = internal::ToNanosSaturated(record.load_duration);
+  n->quiet_until = internal::AddSaturated(loaded_at, quiet);
+  n->expires_at = internal::AddSaturated(loaded_at, record.fresh_for);
+  n->keep_until = internal::AddSaturated(loaded_at, record.keep_for);
+  n->on_error_until =
+      internal::AddSaturated(loaded_at, record.serve_on_error_for);
+  n->shared_version = std::make_unique<const std::string>(record.version);
   return n;
 }
 
@@ -908,22 +1255,79 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
     }
   }
   const int64_t now = NowNanos();
+  const Lifetime life =
+      policy_.OnStore(options_.ttl, absl::Nanoseconds(load_duration), rng_);
+  // With a shared tier, the value's bytes and version, before V moves.
+  std::optional<std::string> bytes;
+  std::string version;
+  if constexpr (kShareable) {
+    if (tier_ != nullptr) {
+      version = internal::NewSharedVersion();
+      bytes.emplace(Codec<V>::Encode(value));
+    }
+  }
   std::unique_ptr<Entry> fresh =
-      NewEntry(key, hash, std::move(value), load_duration, now);
+      NewEntry(key, hash, std::move(value), load_duration, now, life);
+  if (!version.empty()) {
+    fresh->shared_version = std::make_unique<const std::string>(version);
+  }
   size_t evicted;
   {
     Writer w(shard);
-    shard.DropFlight(w, key,
-                     hash);  // Its result must not overwrite this value.
+    shard.DropFlight(w, key, hash);  // Its result must not overwrite this.
     Entry* current = shard.Find(hash, key, eq_);
     evicted = shard.Store(w, current, std::move(fresh), now);
   }
   recorder_.Evicted(evicted);
+  if constexpr (kShareable) {
+    if (tier_ != nullptr) {
+      PutThrough(key, &*bytes, life, load_duration, version);
+    }
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::PutThrough(const K& key,
+                                      const std::string* value_bytes,
+                                      const Lifetime& life,
+                                      int64_t load_duration,
+                                      const std::string& version) {
+  const uint64_t origin = subscription_->id();
+  const std::string key_bytes = Codec<K>::Encode(key);
+  absl::Status written;
+  if (value_bytes->size() > tier_->max_value_bytes()) {
+    // Too large for the tier: at least take the old value out of it.
+    written = tier_->Invalidate(key_bytes, origin);
+  } else {
+    written = tier_->Put(
+        key_bytes,
+        SharedFill{.value = *value_bytes,
+                   .fresh_for = life.expires_after,
+                   .keep_for = life.keep_for,
+                   .serve_on_error_for = life.serve_on_error_for,
+                   .load_duration = absl::Nanoseconds(load_duration),
+                   .version = version},
+        origin);
+  }
+  if (!written.ok()) recorder_.SharedError();
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::Invalidate(const K& key) {
   const size_t hash = HashOf(key);
+  InvalidateLocally(key, hash);
+  if constexpr (kShareable) {
+    if (tier_ != nullptr) {
+      if (!tier_->Invalidate(Codec<K>::Encode(key), subscription_->id())
+               .ok()) {
+        recorder_.SharedError();
+      }
+    }
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::InvalidateLocally(const K& key, size_t hash) {
   Shard& shard = ShardFor(hash);
   Writer w(shard);
   shard.DropFlight(w, key, hash);
@@ -932,6 +1336,11 @@ void Cache<K, V, P, H, E>::Invalidate(const K& key) {
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::InvalidateAll() {
+  InvalidateAllLocally();
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::InvalidateAllLocally() {
   for (size_t i = 0; i < shard_count_; ++i) {
     Shard& shard = shards_[i];
     Writer w(shard);

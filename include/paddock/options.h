@@ -8,20 +8,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "paddock/clock.h"
 #include "paddock/executor.h"
 #include "paddock/listener.h"
+#include "paddock/shared_tier.h"
 
 namespace paddock {
 
 // Options
 //
 // An aggregate: set what you need with designated initializers,
-// `paddock::Options{.ttl = absl::Seconds(10)}`. The pointers are not owned;
-// what they point to must outlive the cache.
+// `paddock::Options{.ttl = absl::Seconds(10)}`. The raw pointers are not
+// owned; what they point to must outlive the cache.
 struct Options {
   // How long a loaded value is fresh, counted from the end of its load. The
   // policy may vary it per entry (NaiveJitter) or serve it longer (SoftTtl).
@@ -72,6 +74,14 @@ struct Options {
   // Receives events (loads, stale serves, waits, evictions); nullptr costs
   // nothing.
   Listener* listener = nullptr;
+
+  // The tier the caches of several processes share (`paddock/redis.h`), so
+  // that a fleet loads a key once per expiry; nullptr: this process only.
+  // Owned jointly. Needs `paddock::Codec<V>` with Encode and Decode and an
+  // encodable K (`paddock/codec.h`); the cache constructor throws
+  // `std::invalid_argument` otherwise. The hit path never touches it: only
+  // the one caller per process that would load asks it (docs/fleet.md).
+  std::shared_ptr<SharedTier> shared = nullptr;
 
   // Options::Validate()
   //

@@ -52,6 +52,10 @@ struct SharedFill {
   absl::Duration serve_on_error_for = absl::ZeroDuration();
   // How long the load took (XFetch's Δ).
   absl::Duration load_duration = absl::ZeroDuration();
+  // Names the record; the writer chooses it, unique per write (a cache uses
+  // 128 random bits), so that it knows the version of what it wrote. Empty:
+  // the tier chooses one.
+  std::string version = {};
 };
 
 // What the tier holds for one key.
@@ -110,9 +114,9 @@ class SharedTier {
   // that a caller refreshing early is not handed back its own value.
   //
   // A granted lease lasts the tier's lease period and is kept alive by the
-  // tier while the holder's process lives, until Fill or Release, but for no
-  // longer than `hold_for` in all; a holder that dies costs the others at
-  // most one lease period.
+  // tier while the holder's process lives, until Fill or Release, for
+  // `max(lease period, hold_for)` in all; a holder that dies costs the others
+  // at most one lease period.
   virtual absl::StatusOr<SharedLookup> Lookup(std::string_view key,
                                               std::string_view have_version,
                                               absl::Duration hold_for) = 0;
@@ -122,7 +126,10 @@ class SharedTier {
   // Stores `fill` for `key` if `lease_token` still holds the key's lease, and
   // ends the lease; wakes `AwaitChange` callers everywhere. Returns false,
   // storing nothing, if the lease was lost (lapsed and taken by another, or
-  // removed by Put or Invalidate).
+  // removed by Put or Invalidate). A fill larger than `max_value_bytes()` is
+  // refused with `absl::InvalidArgumentError` and its lease released. A fill
+  // is not an invalidation: other caches keep their copies of the previous
+  // value until those expire.
   virtual absl::StatusOr<bool> Fill(std::string_view key,
                                     std::string_view lease_token,
                                     const SharedFill& fill) = 0;

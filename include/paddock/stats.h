@@ -44,6 +44,18 @@ struct Stats {
   // Background refreshes not started for lack of a load slot
   // (`Options::max_concurrent_loads`); a later hit tries again.
   uint64_t refreshes_skipped = 0;
+  // Loads answered from the shared tier (`Options::shared`), fresh or stale,
+  // without calling the loader.
+  uint64_t shared_hits = 0;
+  // Shared-tier leases this cache was granted: it loaded for the fleet.
+  uint64_t leases_acquired = 0;
+  // Times this cache found another process holding the lease and waited for
+  // its fill (or served the tier's stale value).
+  uint64_t lease_waits = 0;
+  // Shared-tier calls that failed (unreachable, timed out, breaker open) and
+  // records that could not be decoded; each was answered as if there were no
+  // shared tier.
+  uint64_t shared_errors = 0;
   // Time spent in the loader, summed over all loads (by `Options::clock`).
   absl::Duration total_load_time = absl::ZeroDuration();
 

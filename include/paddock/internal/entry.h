@@ -17,6 +17,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -42,6 +43,9 @@ struct Entry {
   int64_t on_error_until = 0;  // Stands in for a failed load until then.
   int64_t error_until = std::numeric_limits<int64_t>::min();
   int64_t load_duration = 0;
+  // The shared tier's name for this value (`SharedRecord::version`), when it
+  // came from or went to the tier; null otherwise.
+  std::unique_ptr<const std::string> shared_version;
 
   // Written by lookups, one-way and only when it changes.
   std::atomic<bool> visited{false};     // SIEVE's bit.
@@ -63,7 +67,7 @@ struct Entry {
 template <typename K, typename V>
 std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
                                             const Entry<K, V>* current,
-                                            bool keep_value, absl::Status error,
+                                            bool keep_value, const absl::Status& error,
                                             int64_t started, int64_t finished,
                                             absl::Duration error_ttl) {
   auto n = std::make_unique<Entry<K, V>>(hash, key);
@@ -75,13 +79,17 @@ std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
     n->keep_until = current->keep_until;
     n->on_error_until = current->on_error_until;
     n->load_duration = current->load_duration;
+    if (current->shared_version != nullptr) {
+      n->shared_version =
+          std::make_unique<const std::string>(*current->shared_version);
+    }
   } else {
     n->loaded_at = finished;
     n->expires_at = std::numeric_limits<int64_t>::min();
     n->load_duration = finished - started;
     n->keep_until = AddSaturated(finished, error_ttl);
   }
-  n->error = std::move(error);
+  n->error = error;
   n->error_until = AddSaturated(finished, error_ttl);
   return n;
 }

@@ -54,6 +54,11 @@ class Recorder {
   void Evicted(size_t n);
   void RefreshStarted() { Add(kRefreshes); }
   void RefreshSkipped() { Add(kRefreshesSkipped); }
+  // The shared tier answered a load (see `Stats`).
+  void SharedHit() { Add(kSharedHits); }
+  void LeaseAcquired() { Add(kLeasesAcquired); }
+  void LeaseWait() { Add(kLeaseWaits); }
+  void SharedError() { Add(kSharedErrors); }
   void LoadStarted(LoadKind kind);
   void LoadFinished(LoadKind kind, absl::Duration duration,
                     const absl::Status& status);

@@ -29,6 +29,10 @@ enum StatsCounter : size_t {
   kNegativeHits,
   kStaleFallbacks,
   kRefreshesSkipped,
+  kSharedHits,
+  kLeasesAcquired,
+  kLeaseWaits,
+  kSharedErrors,
   kStatsCounters,
 };
 
@@ -70,6 +74,18 @@ inline constexpr StatsField kStatsFields[kStatsCounters] = {
     {"refreshes_skipped",
      "Background refreshes not started for lack of a load slot.",
      &Stats::refreshes_skipped},
+    {"shared_hits",
+     "Loads answered from the shared tier without calling the loader.",
+     &Stats::shared_hits},
+    {"leases_acquired",
+     "Shared-tier leases granted to this cache: loads made for the fleet.",
+     &Stats::leases_acquired},
+    {"lease_waits",
+     "Times another process held the shared tier's lease for a key.",
+     &Stats::lease_waits},
+    {"shared_errors",
+     "Shared-tier calls that failed and records that did not decode.",
+     &Stats::shared_errors},
 };
 
 }  // namespace paddock::internal
