@@ -12,16 +12,22 @@
 // timestamps come from, when a value is served, served stale, served while
 // refreshed, or loaded; coalescing, negative caching, stale fallbacks, load
 // slots and max_load_age; what Put, Invalidate and InvalidateAll do to a load
-// in flight. Two things it borrows instead of restating:
+// in flight; a background refresh still queued on the executor claimed and
+// run by a caller that needs the value. Two things it borrows instead of
+// restating:
 //  - the eviction order, `internal::Sieve` and `internal::ExpiryHeap` (unit
-//    tested on their own), fed the same sequence of operations as the cache;
+//    tested on their own), fed the same sequence of operations as the cache
+//    (an entry past its keep_until goes first, else SIEVE's choice);
 //  - `paddock::Random`, the documented SplitMix64 stream, drawn from exactly
 //    where the policies' documentation says they draw.
 //
-// Single-threaded, a waiter never finds its load finished (the load runs on
-// the same thread, later, from the executor), so every coalesced wait ends at
-// wait_timeout = 0: a stale value if one is kept, DeadlineExceeded otherwise.
-// Messages of errors the cache makes itself are not modelled, only codes.
+// Single-threaded, every load runs to its end inside the call that started
+// it, except a background refresh, which waits on the executor's queue until
+// the harness runs or drops it, or until a caller that needs the value claims
+// it and runs it at once. So no caller ever waits for a load: the coalesced
+// wait (which would end at wait_timeout = 0 with a kept stale value or
+// DeadlineExceeded) is written down but cannot happen. Messages of errors the
+// cache makes itself are not modelled, only codes.
 
 #ifndef PADDOCK_TESTS_FUZZ_MODEL_H_
 #define PADDOCK_TESTS_FUZZ_MODEL_H_
@@ -217,7 +223,7 @@ class CacheModel {
 
   void Put(const std::string& key, std::string value) {
     in_flight_.erase(key);  // Its result must not overwrite this value.
-    ++writes_;
+    last_write_[key] = ++writes_;
     Entry* current = Find(key);
     Entry* e =
         NewEntry(key, current != nullptr ? current->load_duration : 0, now_);
@@ -227,13 +233,13 @@ class CacheModel {
 
   void Invalidate(const std::string& key) {
     in_flight_.erase(key);
-    ++writes_;
+    last_write_[key] = ++writes_;
     if (Entry* e = Find(key); e != nullptr) Unlink(e);
   }
 
   void InvalidateAll() {
     in_flight_.clear();
-    ++writes_;
+    last_clear_ = ++writes_;
     std::vector<Entry*> all;
     for (auto& [key, entry] : table_) all.push_back(entry.get());
     for (Entry* e : all) Unlink(e);
@@ -241,12 +247,16 @@ class CacheModel {
 
   // ---- The executor ------------------------------------------------------
 
+  // A refresh a caller claimed meanwhile has run already: its task does
+  // nothing.
   bool RunOne() {
     if (queue_.empty()) return false;
     const Task task = queue_.front();
     queue_.pop_front();
-    RunLoad(task.key, task.flight, /*refresh=*/true, 0, task.slot)
-        .IgnoreError();
+    if (Claim(*task.flight)) {
+      RunLoad(task.key, task.flight.get(), /*refresh=*/true, 0,
+              task.flight->slot);
+    }
     return true;
   }
 
@@ -256,14 +266,16 @@ class CacheModel {
     return ran;
   }
 
-  // A dropped refresh releases its slot and ends its load, Cancelled.
+  // A dropped refresh releases its slot and ends its load, Cancelled; one a
+  // caller claimed meanwhile has run already and is left alone.
   size_t DropAll() {
     const size_t dropped = queue_.size();
     while (!queue_.empty()) {
       const Task task = queue_.front();
       queue_.pop_front();
-      ReleaseSlot(task.slot);
-      Finish(task.key, task.flight, 0, /*refresh=*/true,
+      if (!Claim(*task.flight)) continue;
+      ReleaseSlot(task.flight->slot);
+      Finish(task.key, task.flight.get(), 0, /*refresh=*/true,
              absl::CancelledError("refresh task dropped"),
              /*loader_ran=*/false, now_, now_);
     }
@@ -303,11 +315,14 @@ class CacheModel {
           " refreshing=", e->refreshing, " visited=", e->visited.load(), "\n");
     }
     for (const auto& [key, f] : in_flight_) {
-      absl::StrAppend(&out, "  in flight: ", key, " #", f.id, " since ",
-                      f.started_at, "\n");
+      absl::StrAppend(&out, "  in flight: ", key, " #", f->id,
+                      f->queued ? " queued" : " running", " since ",
+                      f->started_at, "\n");
     }
     for (const Task& t : queue_) {
-      absl::StrAppend(&out, "  queued refresh: ", t.key, " #", t.flight, "\n");
+      absl::StrAppend(&out, "  refresh task: ", t.key, " #", t.flight->id,
+                      t.flight->queued ? " queued" : " claimed",
+                      " slot=", t.flight->slot, "\n");
     }
     for (const auto& [ticket, at] : slots_) {
       absl::StrAppend(&out, "  slot ", ticket, " since ", at, "\n");
@@ -340,15 +355,20 @@ class CacheModel {
     size_t heap_index = 0;
   };
 
+  // A coalesced load registered for its key. A background refresh's flight
+  // is shared by its registration and its task, and is queued until someone
+  // claims it: the task when the executor runs or drops it, or a caller that
+  // needs the value first.
   struct Flight {
     uint64_t id;
-    int64_t started_at;
+    int64_t started_at;  // When registered or, once claimed, when claimed.
+    bool queued = false;
+    uint64_t slot = 0;  // A refresh's, taken when it was scheduled.
   };
 
   struct Task {
     std::string key;
-    uint64_t flight;
-    uint64_t slot;
+    std::shared_ptr<Flight> flight;
   };
 
   // What a stored entry answers without a load.
@@ -419,12 +439,19 @@ class CacheModel {
       }
     }
     ++stats_.misses;
-    uint64_t flight = 0;
+    std::shared_ptr<Flight> flight;
     uint64_t writes_seen = 0;
     if constexpr (P::kCoalesceLoads) {
       auto it = in_flight_.find(key);
-      if (it != in_flight_.end() &&
-          now_ - it->second.started_at < max_load_age_) {
+      if (it != in_flight_.end() && Live(*it->second)) {
+        if (Claim(*it->second)) {
+          // A refresh still queued: this caller runs it now, with its slot,
+          // storing as a refresh does, and is answered as a foreground
+          // caller. Its task will find it done.
+          flight = it->second;
+          return Serve(
+              RunLoad(key, flight.get(), /*refresh=*/true, 0, flight->slot));
+        }
         // Joins a load that cannot finish while we wait: wait_timeout = 0.
         ++stats_.coalesced_waits;
         ++stats_.wait_timeouts;
@@ -442,17 +469,17 @@ class CacheModel {
     }
     const uint64_t slot = TakeSlot();
     if (slot == kNoSlot) {
-      return Serve(Finish(key, flight, writes_seen, /*refresh=*/false,
+      return Serve(Finish(key, flight.get(), writes_seen, /*refresh=*/false,
                           absl::DeadlineExceededError(""),
                           /*loader_ran=*/false, now_, now_));
     }
-    return RunLoad(key, flight, /*refresh=*/false, writes_seen, slot);
+    return Serve(
+        RunLoad(key, flight.get(), /*refresh=*/false, writes_seen, slot));
   }
 
   void StartRefresh(const std::string& key, Entry* e) {
     auto it = in_flight_.find(key);
-    if (it != in_flight_.end() &&
-        now_ - it->second.started_at < max_load_age_) {
+    if (it != in_flight_.end() && Live(*it->second)) {
       return;  // One load per key; it replaces `e` when it stores.
     }
     const uint64_t slot = TakeSlot();
@@ -462,13 +489,41 @@ class CacheModel {
       return;
     }
     ++stats_.refreshes;
-    queue_.push_back({key, NewFlight(key), slot});
+    std::shared_ptr<Flight> flight = NewFlight(key);
+    flight->queued = true;
+    flight->slot = slot;
+    queue_.push_back({key, std::move(flight)});
   }
 
-  uint64_t NewFlight(const std::string& key) {
-    const uint64_t id = ++flights_;
-    in_flight_.insert_or_assign(key, Flight{id, now_});
-    return id;
+  // Registers a new load of `key`, replacing any registered one (which then
+  // stores nothing).
+  std::shared_ptr<Flight> NewFlight(const std::string& key) {
+    auto flight = std::make_shared<Flight>(Flight{++flights_, now_});
+    in_flight_.insert_or_assign(key, flight);
+    return flight;
+  }
+
+  // A registered load blocks its key (is joined, or claimed, rather than
+  // replaced) while queued, which it cannot stay forever, or younger than
+  // max_load_age.
+  bool Live(const Flight& f) const {
+    return f.queued || now_ - f.started_at < max_load_age_;
+  }
+
+  // Takes a queued refresh to run it from now on; false if it was claimed
+  // already.
+  bool Claim(Flight& f) {
+    if (!f.queued) return false;
+    f.queued = false;
+    f.started_at = now_;
+    return true;
+  }
+
+  // Whether Put, Invalidate or InvalidateAll touched `key` since `writes`.
+  bool WrittenSince(const std::string& key, uint64_t writes) const {
+    auto it = last_write_.find(key);
+    return last_clear_ > writes ||
+           (it != last_write_.end() && it->second > writes);
   }
 
   absl::StatusOr<std::string> CallLoader(const std::string& key) {
@@ -487,9 +542,10 @@ class CacheModel {
     return absl::StrCat(key, "#", call);
   }
 
-  absl::StatusOr<std::string> RunLoad(const std::string& key, uint64_t flight,
-                                      bool refresh, uint64_t writes_seen,
-                                      uint64_t slot) {
+  // Calls the loader and finishes the load; `refresh`: stores as a refresh
+  // does.
+  Outcome RunLoad(const std::string& key, const Flight* flight, bool refresh,
+                  uint64_t writes_seen, uint64_t slot) {
     ++stats_.loads;
     const int64_t started = now_;
     absl::StatusOr<std::string> result = CallLoader(key);
@@ -497,11 +553,8 @@ class CacheModel {
     ReleaseSlot(slot);
     load_time_ += finished - started;
     if (!result.ok()) ++stats_.load_failures;
-    Outcome outcome =
-        Finish(key, flight, writes_seen, refresh, std::move(result),
-               /*loader_ran=*/true, started, finished);
-    if (refresh) return outcome.value;
-    return Serve(outcome);
+    return Finish(key, flight, writes_seen, refresh, std::move(result),
+                  /*loader_ran=*/true, started, finished);
   }
 
   absl::StatusOr<std::string> Serve(const Outcome& outcome) {
@@ -510,18 +563,19 @@ class CacheModel {
   }
 
   // A load stores its result only if it is still the key's registered load
-  // (coalescing) or no write touched the cache since it began (otherwise).
-  Outcome Finish(const std::string& key, uint64_t flight, uint64_t writes_seen,
-                 bool refresh, absl::StatusOr<std::string> result,
-                 bool loader_ran, int64_t started, int64_t finished) {
+  // (coalescing) or no write touched its key since it began (otherwise).
+  Outcome Finish(const std::string& key, const Flight* flight,
+                 uint64_t writes_seen, bool refresh,
+                 absl::StatusOr<std::string> result, bool loader_ran,
+                 int64_t started, int64_t finished) {
     Outcome outcome{std::move(result), false};
     bool own;
-    if (flight != 0) {
+    if (flight != nullptr) {
       auto it = in_flight_.find(key);
-      own = it != in_flight_.end() && it->second.id == flight;
+      own = it != in_flight_.end() && it->second.get() == flight;
       if (own) in_flight_.erase(it);
     } else {
-      own = writes_ == writes_seen;
+      own = !WrittenSince(key, writes_seen);
     }
     Entry* current = Find(key);
     if (outcome.value.ok()) {
@@ -583,7 +637,9 @@ class CacheModel {
   }
 
   // Stores `e` (owned from here on) in place of `current`, or as a new entry,
-  // evicting first what expired first, else SIEVE's choice.
+  // evicting first an entry the policy never serves again (the one whose
+  // keep_until came first), else SIEVE's choice. An entry served stale is
+  // live.
   void Store(Entry* current, Entry* e, int64_t now) {
     if (current != nullptr) {
       sieve_.Replace(current, e);
@@ -594,7 +650,7 @@ class CacheModel {
     while (table_.size() >= options_.max_entries) {
       Entry* victim = expiry_.Top();
       if (victim == nullptr) break;
-      if (victim->expires_at > now) victim = sieve_.Victim();
+      if (victim->keep_until > now) victim = sieve_.Victim();
       Unlink(victim);
       ++stats_.evictions;
     }
@@ -646,9 +702,12 @@ class CacheModel {
   std::map<std::string, std::unique_ptr<Entry>> table_;
   internal::Sieve<Entry> sieve_;
   internal::ExpiryHeap<Entry> expiry_;
-  std::map<std::string, Flight> in_flight_;
+  std::map<std::string, std::shared_ptr<Flight>> in_flight_;
   uint64_t flights_ = 0;
+  // Writes are numbered; a key's last one, and the last InvalidateAll.
   uint64_t writes_ = 0;
+  std::map<std::string, uint64_t> last_write_;
+  uint64_t last_clear_ = 0;
   std::deque<Task> queue_;
   std::map<uint64_t, int64_t> slots_;  // Ticket -> taken at.
   uint64_t slot_tickets_ = 0;
