@@ -18,6 +18,7 @@ namespace {
 struct Node {
   int64_t keep_until;
   size_t heap_index = 0;
+  int64_t evict_after() const { return keep_until; }
 };
 
 class ExpiryHeapTest : public ::testing::Test {

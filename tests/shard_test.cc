@@ -101,6 +101,19 @@ TEST_F(ShardTest, AnEntryServedStaleIsLiveAndSieveChoosesAmongLiveEntries) {
   EXPECT_TRUE(Has(3) && Has(4));
 }
 
+TEST_F(ShardTest, ARememberedErrorThatStillAnswersIsNotEvictedFirst) {
+  // Its value is past keep_until, but the error it remembers answers callers
+  // until error_until: evicting it would cost a loader call.
+  auto remembered = Make(1, /*keep_until=*/100, /*visited=*/true);
+  remembered->error_until = 500;
+  ASSERT_EQ(Store(std::move(remembered), 0), 0u);
+  ASSERT_EQ(Store(Make(2, 1000), 0), 0u);
+  ASSERT_EQ(Store(Make(3, 1000, /*visited=*/true), 0), 0u);
+  EXPECT_EQ(Store(Make(4, 1000), 200), 1u);
+  EXPECT_TRUE(Has(1));
+  EXPECT_FALSE(Has(2));  // SIEVE's choice among the live entries.
+}
+
 TEST_F(ShardTest, RemovedEntriesAreDestroyedOnlyAfterTheLockIsReleased) {
   shard_.set_capacity(4);
   // Grow the table, replace, evict and unlink many times, reclaiming as we

@@ -60,14 +60,14 @@ TEST(StatsFormatTest, ListsEveryFieldAsNameEqualsValueOnOneLine) {
   const std::string text = fmt::format("{}", DistinctStats());
   EXPECT_THAT(text, Not(HasSubstr("\n")));
   const std::vector<std::string> fields = absl::StrSplit(text, ' ');
-  EXPECT_THAT(fields,
-              ElementsAre("hits=1", "stale_hits=2", "misses=4", "loads=3",
-                          "load_failures=5", "coalesced_waits=6", "refreshes=7",
-                          "wait_timeouts=8", "evictions=9", "negative_hits=10",
-                          "stale_fallbacks=11", "refreshes_skipped=12",
-                          "shared_hits=13", "leases_acquired=14",
-                          "lease_waits=15", "shared_errors=16",
-                          "total_load_time=1.5s"));
+  EXPECT_THAT(
+      fields,
+      ElementsAre("hits=1", "stale_hits=2", "misses=4", "loads=3",
+                  "load_failures=5", "coalesced_waits=6", "refreshes=7",
+                  "wait_timeouts=8", "evictions=9", "negative_hits=10",
+                  "stale_fallbacks=11", "refreshes_skipped=12",
+                  "shared_hits=13", "leases_acquired=14", "lease_waits=15",
+                  "shared_errors=16", "total_load_time=1.5s"));
 }
 
 TEST(StatsFormatTest, FormatsEmptyStatsAsZeros) {

@@ -57,9 +57,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "paddock/clock.h"
+#include "paddock/codec.h"
 #include "paddock/executor.h"
 #include "paddock/internal/entry.h"
-#include "paddock/codec.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
 #include "paddock/internal/flight.h"
@@ -224,8 +224,8 @@ class Cache {
     // What the shared-tier path learned, for storing the outcome:
     const SharedRecord* from_tier = nullptr;  // The value came from here.
     std::optional<Lifetime> lifetime = {};  // The schedule written to the tier.
-    std::string version = {};  // The tier's name for the value.
-    bool lease_lost = false;           // The fill lost its lease: store none.
+    std::string version = {};               // The tier's name for the value.
+    bool lease_lost = false;  // The fill lost its lease: store none.
     // On failure, stand in with a value the policy still keeps (as for a
     // caller whose wait timed out), not only one it serves on errors.
     bool stale_until_keep = false;
@@ -332,8 +332,7 @@ class Cache {
   // A new entry for `value` read from the shared tier at `now`: its schedule
   // is the record's, counted from when the tier stored it.
   std::unique_ptr<Entry> EntryFromTier(const K& key, size_t hash, V value,
-                                       const SharedRecord& record,
-                                       int64_t now);
+                                       const SharedRecord& record, int64_t now);
   // The local halves of Invalidate and InvalidateAll (what the shared tier's
   // messages from other caches trigger).
   void InvalidateLocally(const K& key, size_t hash);
@@ -842,11 +841,10 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunFleetLoad(
   // a local load; a background refresh as long as a load may take.
   const absl::Duration budget =
       load.caller_waits ? options_.wait_timeout : options_.max_load_age;
-  const auto deadline =
-      internal::IsForever(budget)
-          ? std::chrono::steady_clock::time_point::max()
-          : std::chrono::steady_clock::now() +
-                absl::ToChronoNanoseconds(budget);
+  const auto deadline = internal::IsForever(budget)
+                            ? std::chrono::steady_clock::time_point::max()
+                            : std::chrono::steady_clock::now() +
+                                  absl::ToChronoNanoseconds(budget);
   bool waited = false;
   bool asked_past_bad_record = false;
   for (;;) {
@@ -1049,18 +1047,19 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
       fresh = load.from_tier != nullptr
                   ? EntryFromTier(key, load.hash, *outcome.value,
                                   *load.from_tier, finished)
-                  : NewEntry(key, load.hash, *outcome.value,
-                             finished - started, finished, load.lifetime);
+                  : NewEntry(key, load.hash, *outcome.value, finished - started,
+                             finished, load.lifetime);
       if (!load.version.empty()) {
-        fresh->shared_version = std::make_unique<const std::string>(load.version);
+        fresh->shared_version =
+            std::make_unique<const std::string>(load.version);
       }
     } else {
       const bool has_value = current != nullptr && current->value.has_value();
       // Callers of this load get the stale value instead of the error.
       const bool stand_in =
-          has_value && finished < (load.stale_until_keep
-                                       ? current->keep_until
-                                       : current->on_error_until);
+          has_value &&
+          finished < (load.stale_until_keep ? current->keep_until
+                                            : current->on_error_until);
       // A failed refresh never takes away the value it was refreshing.
       const bool keep_value =
           stand_in || (has_value && load.kind == LoadKind::kRefresh);
@@ -1070,7 +1069,8 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
             finished - internal::ToNanosSaturated(load.from_tier->age);
         fresh = internal::MakeErrorEntry(
             load.hash, key, current, keep_value, outcome.value.status(),
-            stored_at - internal::ToNanosSaturated(load.from_tier->load_duration),
+            stored_at -
+                internal::ToNanosSaturated(load.from_tier->load_duration),
             stored_at, load.from_tier->keep_for);
       } else if (loader_ran && options_.error_ttl > absl::ZeroDuration()) {
         // Negative caching: no loader call for this key until error_until.
@@ -1299,15 +1299,15 @@ void Cache<K, V, P, H, E>::PutThrough(const K& key,
     // Too large for the tier: at least take the old value out of it.
     written = tier_->Invalidate(key_bytes, origin);
   } else {
-    written = tier_->Put(
-        key_bytes,
-        SharedFill{.value = *value_bytes,
-                   .fresh_for = life.expires_after,
-                   .keep_for = life.keep_for,
-                   .serve_on_error_for = life.serve_on_error_for,
-                   .load_duration = absl::Nanoseconds(load_duration),
-                   .version = version},
-        origin);
+    written =
+        tier_->Put(key_bytes,
+                   SharedFill{.value = *value_bytes,
+                              .fresh_for = life.expires_after,
+                              .keep_for = life.keep_for,
+                              .serve_on_error_for = life.serve_on_error_for,
+                              .load_duration = absl::Nanoseconds(load_duration),
+                              .version = version},
+                   origin);
   }
   if (!written.ok()) recorder_.SharedError();
 }
@@ -1318,8 +1318,7 @@ void Cache<K, V, P, H, E>::Invalidate(const K& key) {
   InvalidateLocally(key, hash);
   if constexpr (kShareable) {
     if (tier_ != nullptr) {
-      if (!tier_->Invalidate(Codec<K>::Encode(key), subscription_->id())
-               .ok()) {
+      if (!tier_->Invalidate(Codec<K>::Encode(key), subscription_->id()).ok()) {
         recorder_.SharedError();
       }
     }

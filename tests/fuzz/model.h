@@ -348,6 +348,9 @@ class CacheModel {
     int64_t error_until = kLongAgo;
     int64_t load_duration = 0;
     bool refreshing = false;  // One background refresh per stored value.
+    // Answers nobody after this: its value is past keep_until, a remembered
+    // error past error_until. Evicted first then.
+    int64_t evict_after() const { return std::max(keep_until, error_until); }
     // What internal::Sieve and internal::ExpiryHeap need.
     std::atomic<bool> visited{false};
     Entry* older = nullptr;
@@ -650,7 +653,7 @@ class CacheModel {
     while (table_.size() >= options_.max_entries) {
       Entry* victim = expiry_.Top();
       if (victim == nullptr) break;
-      if (victim->keep_until > now) victim = sieve_.Victim();
+      if (victim->evict_after() > now) victim = sieve_.Victim();
       Unlink(victim);
       ++stats_.evictions;
     }

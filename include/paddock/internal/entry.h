@@ -11,6 +11,7 @@
 #ifndef PADDOCK_INTERNAL_ENTRY_H_
 #define PADDOCK_INTERNAL_ENTRY_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,11 @@ struct Entry {
   std::atomic<bool> visited{false};     // SIEVE's bit.
   std::atomic<bool> refreshing{false};  // A refresh was asked for.
 
+  // After then the entry answers nobody: its value is past `keep_until` and
+  // a remembered error past `error_until`. Eviction takes such entries
+  // first.
+  int64_t evict_after() const { return std::max(keep_until, error_until); }
+
   // Guarded by the shard's mutex. `heap_index` shares a word with the flags
   // above, which keeps an entry of uint64_t key and value in a 128-byte
   // malloc chunk rather than a 144-byte one.
@@ -67,7 +73,8 @@ struct Entry {
 template <typename K, typename V>
 std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
                                             const Entry<K, V>* current,
-                                            bool keep_value, const absl::Status& error,
+                                            bool keep_value,
+                                            const absl::Status& error,
                                             int64_t started, int64_t finished,
                                             absl::Duration error_ttl) {
   auto n = std::make_unique<Entry<K, V>>(hash, key);

@@ -1,11 +1,12 @@
 // File: paddock/internal/expiry_heap.h
 // -----------------------------------------------------------------------------
-// `ExpiryHeap<Node>`: an indexed binary min-heap of nodes by `keep_until`,
-// the time after which the policy never serves a node, so eviction can take a
-// node nobody will be served first, in O(log n). (A node past its ttl but
+// `ExpiryHeap<Node>`: an indexed binary min-heap of nodes by
+// `evict_after()`, the time after which a node answers nobody any more, so
+// eviction can take such a node first, in O(log n). (A node past its ttl but
 // still served stale is live: evicting it would make its next caller wait.)
 //
-// Intrusive: `Node` has `int64_t keep_until` and an unsigned `heap_index`
+// Intrusive: `Node` has `int64_t evict_after() const` and an unsigned
+// `heap_index`
 // (a `uint32_t` is enough for 4 billion entries and keeps nodes small). Not
 // thread-safe: the shard's mutex guards it.
 
@@ -51,7 +52,7 @@ class ExpiryHeap {
     Place(old->heap_index, replacement);
   }
 
-  // The node whose `keep_until` comes first, or nullptr if empty.
+  // The node whose `evict_after()` comes first, or nullptr if empty.
   Node* Top() const { return heap_.empty() ? nullptr : heap_.front(); }
 
   void Clear() { heap_.clear(); }
@@ -74,7 +75,7 @@ class ExpiryHeap {
   void SiftUp(size_t i) {
     while (i > 0) {
       const size_t parent = (i - 1) / 2;
-      if (heap_[parent]->keep_until <= heap_[i]->keep_until) return;
+      if (heap_[parent]->evict_after() <= heap_[i]->evict_after()) return;
       Swap(i, parent);
       i = parent;
     }
@@ -84,7 +85,7 @@ class ExpiryHeap {
     for (;;) {
       size_t least = i;
       for (size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
-        if (heap_[c]->keep_until < heap_[least]->keep_until) least = c;
+        if (heap_[c]->evict_after() < heap_[least]->evict_after()) least = c;
       }
       if (least == i) return;
       Swap(i, least);

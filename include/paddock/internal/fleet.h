@@ -18,7 +18,7 @@ namespace paddock::internal {
 // Whether a cache of K to V can use a shared tier: keys are written, values
 // written and read back.
 template <typename K, typename V>
-inline constexpr bool kShareable = Encodable<K> && Encodable<V> && Decodable<V>;
+inline constexpr bool kShareable = Encodable<K>&& Encodable<V>&& Decodable<V>;
 
 // A new version for a record this process writes: 128 random bits in hex,
 // so no other writer in the fleet picks the same. Thread-safe.

@@ -5,9 +5,10 @@
 // `Shard::Writer` to store and unlink entries, to keep the eviction order and
 // to register the loads in flight.
 //
-// Eviction order: when full, an entry past its `keep_until` (never served
-// again) goes first, the one with the earliest `keep_until`; otherwise SIEVE
-// picks the victim (an entry served stale is live, like a fresh one).
+// Eviction order: when full, an entry that answers nobody any more (past its
+// `keep_until` and, for a remembered error, its `error_until`) goes first,
+// the earliest first; otherwise SIEVE picks the victim (an entry served
+// stale is live, like a fresh one).
 //
 // Nothing a writer removes is destroyed under the mutex: the `Writer` retires
 // unlinked entries and destroys dropped flight registrations (their keys and
@@ -221,7 +222,7 @@ class alignas(64) Shard {
     while (table_.size() >= capacity_) {
       Node* victim = expiry_.Top();
       if (victim == nullptr) break;
-      if (victim->keep_until > now) victim = sieve_.Victim();
+      if (victim->evict_after() > now) victim = sieve_.Victim();
       Unlink(w, victim);
       ++evicted;
     }
