@@ -1,0 +1,307 @@
+// The cache's side of the shared tier (Options::shared), deterministically:
+// several caches ("processes") share an in-memory tier that keeps its own
+// clock. Each cache has a ManualClock of its own, a ManualExecutor and a
+// loader that counts its calls. The real-Redis, multi-process tests are in
+// tests/redis/.
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "fake_shared_tier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "paddock/cache.h"
+#include "paddock/clock.h"
+#include "paddock/executor.h"
+#include "paddock/options.h"
+#include "paddock/policy.h"
+
+namespace paddock {
+namespace {
+
+using ::paddock::testing::FakeSharedTier;
+using ::testing::HasSubstr;
+
+// One "process": a cache with its own clock, executor and loader.
+template <typename P>
+struct Pod {
+  Pod(std::shared_ptr<FakeSharedTier> tier, int* fleet_loads,
+      absl::Duration clock_offset = absl::ZeroDuration(), P policy = P{},
+      Options options = {})
+      : clock(absl::UnixEpoch() + absl::Hours(1) + clock_offset) {
+    options.ttl = absl::Seconds(10);
+    options.clock = &clock;
+    options.executor = &executor;
+    options.wait_timeout = absl::Seconds(1);
+    options.shared = tier;
+    cache = std::make_unique<Cache<std::string, std::string, P>>(
+        [this,
+         fleet_loads](const std::string& k) -> absl::StatusOr<std::string> {
+          ++loads;
+          ++*fleet_loads;
+          if (loader_hook) loader_hook();
+          if (!next_error.ok()) return next_error;
+          return absl::StrCat(k, "#", *fleet_loads);
+        },
+        options, policy);
+  }
+
+  ManualClock clock;
+  ManualExecutor executor;
+  int loads = 0;
+  absl::Status next_error;
+  std::function<void()> loader_hook;
+  std::unique_ptr<Cache<std::string, std::string, P>> cache;
+};
+
+class FleetTest : public ::testing::Test {
+ protected:
+  // Moves the tier's clock and every pod's by `d`.
+  template <typename... Pods>
+  void Advance(absl::Duration d, Pods&... pods) {
+    tier_clock_.Advance(d);
+    (pods.clock.Advance(d), ...);
+  }
+
+  ManualClock tier_clock_{absl::UnixEpoch() + absl::Hours(5)};
+  std::shared_ptr<FakeSharedTier> tier_ =
+      std::make_shared<FakeSharedTier>(&tier_clock_);
+  int fleet_loads_ = 0;
+};
+
+TEST_F(FleetTest, ACacheTakesWhatAnotherLoadedWithoutCallingItsLoader) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");
+  EXPECT_EQ(*b.cache->Get("k"), "k#1");
+  EXPECT_EQ(fleet_loads_, 1);
+  EXPECT_EQ(a.cache->stats().leases_acquired, 1u);
+  EXPECT_EQ(b.cache->stats().shared_hits, 1u);
+  EXPECT_EQ(b.cache->stats().loads, 0u);
+  // Then b serves it from its own copy: the hit path never asks the tier.
+  const int lookups = tier_->lookups();
+  EXPECT_EQ(*b.cache->Get("k"), "k#1");
+  EXPECT_EQ(tier_->lookups(), lookups);
+}
+
+TEST_F(FleetTest, OneLoadPerExpiryAcrossTheFleet) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_),
+      c(tier_, &fleet_loads_);
+  for (int period = 0; period < 5; ++period) {
+    for (auto* pod : {&a, &b, &c}) ASSERT_TRUE(pod->cache->Get("k").ok());
+    Advance(absl::Seconds(10), a, b, c);
+  }
+  EXPECT_EQ(fleet_loads_, 5);
+}
+
+TEST_F(FleetTest, PodsWhoseClocksDisagreeLoadAsOften) {
+  // Freshness is the tier's to judge: a pod 30 s ahead or behind the others
+  // sees the value as old as the tier says, not as its own clock would.
+  Pod<SingleFlight> ahead(tier_, &fleet_loads_, absl::Seconds(30)),
+      behind(tier_, &fleet_loads_, -absl::Seconds(30));
+  for (int period = 0; period < 4; ++period) {
+    for (int step = 0; step < 4; ++step) {
+      ASSERT_TRUE(ahead.cache->Get("k").ok());
+      ASSERT_TRUE(behind.cache->Get("k").ok());
+      Advance(absl::Milliseconds(2500), ahead, behind);
+    }
+  }
+  EXPECT_EQ(fleet_loads_, 4);
+}
+
+TEST_F(FleetTest, ACacheWaitsForTheLeaseHoldersFill) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_);
+  const std::string token = tier_->TakeLease("k");  // Another process loads.
+  tier_->set_on_await([&] {
+    ASSERT_TRUE(*tier_->Fill("k", token,
+                             SharedFill{.value = std::string("theirs"),
+                                        .fresh_for = absl::Seconds(10),
+                                        .keep_for = absl::Seconds(20)}));
+  });
+  EXPECT_EQ(*a.cache->Get("k"), "theirs");
+  EXPECT_EQ(a.loads, 0);
+  EXPECT_EQ(a.cache->stats().lease_waits, 1u);
+  EXPECT_EQ(a.cache->stats().shared_hits, 1u);
+}
+
+TEST_F(FleetTest, AWaitForAnotherProcessIsBoundedByWaitTimeout) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_);
+  a.cache.reset();
+  Options options{.wait_timeout = absl::ZeroDuration()};
+  Pod<SingleFlight> impatient(tier_, &fleet_loads_, absl::ZeroDuration(),
+                              SingleFlight{}, options);
+  tier_->TakeLease("k");  // Held, never filled.
+  absl::StatusOr<std::string> got = impatient.cache->Get("k");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(got.status().message(), HasSubstr("another process"));
+  EXPECT_EQ(impatient.loads, 0);
+  EXPECT_EQ(impatient.cache->loads_in_flight(), 0u);
+}
+
+TEST_F(FleetTest, SoftTtlServesStaleEverywhereWhileOnePodRefreshes) {
+  Pod<SoftTtl> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  ASSERT_EQ(*b.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a, b);      // Stale, inside the stale window.
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");  // At once; a refresh is queued.
+  EXPECT_EQ(*b.cache->Get("k"), "k#1");
+  EXPECT_EQ(a.executor.RunAll(), 1u);  // a takes the lease and reloads.
+  EXPECT_EQ(b.executor.RunAll(), 1u);  // b takes a's new value from the tier.
+  EXPECT_EQ(fleet_loads_, 2);
+  EXPECT_EQ(*a.cache->Get("k"), "k#2");
+  EXPECT_EQ(*b.cache->Get("k"), "k#2");
+  EXPECT_EQ(b.cache->stats().shared_hits, 2u);
+}
+
+TEST_F(FleetTest, AColdPodServesTheTiersStaleValueWhileAnotherRefreshes) {
+  Pod<SoftTtl> a(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a);
+  tier_->TakeLease("k");  // Another process is refreshing.
+  Pod<SoftTtl> cold(tier_, &fleet_loads_);
+  cold.clock.Set(a.clock.Now());
+  EXPECT_EQ(*cold.cache->Get("k"), "k#1");  // Stale, at once.
+  EXPECT_EQ(cold.loads, 0);
+  EXPECT_EQ(tier_->awaits(), 0);
+  EXPECT_EQ(cold.cache->stats().lease_waits, 1u);
+}
+
+TEST_F(FleetTest, AnErrorIsRememberedFleetWide) {
+  Options options{.error_ttl = absl::Seconds(5)};
+  Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{}, options),
+      b(tier_, &fleet_loads_, absl::ZeroDuration(), SingleFlight{}, options);
+  a.next_error = absl::UnavailableError("backend down");
+  EXPECT_EQ(a.cache->Get("k").status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<std::string> got = b.cache->Get("k");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(got.status().message(), "backend down");
+  EXPECT_EQ(b.loads, 0);
+  // Remembered by b too, for what is left of the error's 5 s.
+  EXPECT_EQ(b.cache->Get("k").status().code(), absl::StatusCode::kUnavailable);
+  Advance(absl::Seconds(6), a, b);
+  a.next_error = absl::OkStatus();
+  EXPECT_TRUE(b.cache->Get("k").ok());
+  EXPECT_EQ(fleet_loads_, 2);
+}
+
+TEST_F(FleetTest, InvalidateReachesTheOtherCachesAndTheTier) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  ASSERT_EQ(*b.cache->Get("k"), "k#1");
+  b.cache->Invalidate("k");
+  EXPECT_EQ(a.cache->GetIfPresent("k"), std::nullopt);
+  EXPECT_FALSE(tier_->record("k").has_value());
+  EXPECT_EQ(*a.cache->Get("k"), "k#2");
+}
+
+TEST_F(FleetTest, PutWritesThroughAndOtherCachesTakeTheNewValue) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  ASSERT_EQ(*b.cache->Get("k"), "k#1");
+  a.cache->Put("k", "put");
+  EXPECT_EQ(a.cache->GetIfPresent("k"), "put");
+  EXPECT_EQ(b.cache->GetIfPresent("k"), std::nullopt);  // Dropped.
+  EXPECT_EQ(*b.cache->Get("k"), "put");                 // From the tier.
+  EXPECT_EQ(fleet_loads_, 1);
+}
+
+TEST_F(FleetTest, AFillThatLostItsLeaseStoresNothingAnywhere) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
+  // While a loads under the lease, b invalidates the key (fleet-wide).
+  a.loader_hook = [&] {
+    a.loader_hook = nullptr;
+    b.cache->Invalidate("k");
+  };
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");  // Its own caller gets the value...
+  EXPECT_EQ(a.cache->GetIfPresent("k"), std::nullopt);  // ...stored nowhere.
+  EXPECT_FALSE(tier_->record("k").has_value());
+}
+
+TEST_F(FleetTest, AnUndecodableRecordIsAMissThatTheNextLoadReplaces) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_);
+  a.cache.reset();
+  Cache<std::string, int, SingleFlight> numbers(
+      [](const std::string&) -> absl::StatusOr<int> { return 42; },
+      Options{.clock = &a.clock, .shared = tier_});
+  tier_->StoreRaw("k", SharedFill{.value = std::string("not a number"),
+                                  .fresh_for = absl::Seconds(10),
+                                  .keep_for = absl::Seconds(10)});
+  EXPECT_EQ(*numbers.Get("k"), 42);
+  EXPECT_EQ(numbers.stats().shared_errors, 1u);
+  EXPECT_EQ(numbers.stats().loads, 1u);
+  EXPECT_EQ(*tier_->record("k")->value, "42");  // Replaced.
+}
+
+TEST_F(FleetTest, AValueOverTheTiersLimitIsServedAndKeptLocally) {
+  tier_->set_max_value_bytes(2);  // "k#1" is 3 bytes.
+  Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");
+  EXPECT_FALSE(tier_->record("k").has_value());
+  EXPECT_EQ(tier_->releases(), 1);       // The lease went back at once.
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");  // Kept locally.
+  EXPECT_EQ(*b.cache->Get("k"), "k#2");  // b loads its own.
+}
+
+TEST_F(FleetTest, AFailingTierIsCountedAndTheCacheLoadsOnItsOwn) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_);
+  tier_->set_failure(absl::UnavailableError("connection refused"));
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");
+  EXPECT_EQ(a.cache->stats().shared_errors, 1u);
+  a.cache->Put("p", "v");  // Write-through fails: counted, Put still holds.
+  EXPECT_EQ(a.cache->GetIfPresent("p"), "v");
+  EXPECT_EQ(a.cache->stats().shared_errors, 2u);
+  tier_->set_failure(absl::OkStatus());
+  Advance(absl::Seconds(10), a);
+  EXPECT_EQ(*a.cache->Get("k"), "k#2");
+  EXPECT_EQ(a.cache->stats().leases_acquired, 1u);
+}
+
+TEST_F(FleetTest, AnEarlyRefreshAsksForANewerValueThanItHas) {
+  // XFetch refreshes before expiry; the tier still holds the value it has.
+  // It must not be handed its own value back as "fresh".
+  Pod<XFetch> a(
+      tier_, &fleet_loads_, absl::ZeroDuration(),
+      XFetch{.beta = 1000});  // Refreshes at once past the quiet window.
+  a.loader_hook = [&] { a.clock.Advance(absl::Milliseconds(100)); };
+  tier_clock_.Advance(absl::Milliseconds(100));
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(5), a);
+  // Early: each hit refreshes with probability e^(-5s/100s); until one does.
+  for (int i = 0; i < 100 && a.executor.pending() == 0; ++i) {
+    ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  }
+  EXPECT_EQ(a.executor.RunAll(), 1u);
+  EXPECT_EQ(fleet_loads_, 2);
+  EXPECT_EQ(*a.cache->Get("k"), "k#2");
+}
+
+struct NoCodec {
+  int x = 0;
+};
+
+TEST(FleetConstruction, ASharedTierNeedsACodecForTheValueType) {
+  ManualClock clock;
+  auto tier = std::make_shared<FakeSharedTier>(&clock);
+  try {
+    Cache<std::string, NoCodec, SingleFlight> cache(
+        [](const std::string&) -> absl::StatusOr<NoCodec> { return NoCodec{}; },
+        Options{.shared = tier});
+    FAIL() << "constructed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("paddock::Codec<V>"));
+  }
+  // Without a shared tier the same types are fine.
+  Cache<std::string, NoCodec, SingleFlight> local(
+      [](const std::string&) -> absl::StatusOr<NoCodec> { return NoCodec{}; });
+  EXPECT_TRUE(local.Get("k").ok());
+}
+
+}  // namespace
+}  // namespace paddock
