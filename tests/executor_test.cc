@@ -72,7 +72,7 @@ TEST(ThreadPoolTest, RunsEveryTaskScheduledFromSeveralThreads) {
   constexpr int kTasksPerScheduler = 500;
   ThreadPool pool(2);
   std::atomic<int> ran{0};
-  std::latch all_ran(kSchedulers * kTasksPerScheduler);
+  std::latch all_ran(std::ptrdiff_t{kSchedulers} * kTasksPerScheduler);
   std::vector<std::thread> schedulers;
   for (int s = 0; s < kSchedulers; ++s) {
     schedulers.emplace_back([&] {

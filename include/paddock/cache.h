@@ -33,7 +33,10 @@
 #define PADDOCK_CACHE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -58,7 +61,9 @@
 #include "absl/time/time.h"
 #include "paddock/clock.h"
 #include "paddock/codec.h"
+#include "paddock/completion.h"
 #include "paddock/executor.h"
+#include "paddock/internal/async_waiters.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
@@ -90,6 +95,19 @@ class Cache {
   // `absl::InternalError` for every caller of that load.
   using Loader = absl::AnyInvocable<absl::StatusOr<V>(const K&) const>;
 
+  // Starts producing the value for a key and returns at once; the result is
+  // handed to the `Completion`, once, from any thread (`paddock/completion.h`).
+  // For backends that are asynchronous themselves. Called as a `Loader` is
+  // (thread-safe, concurrently for different keys); a completion destroyed
+  // uncalled ends the load with `absl::CancelledError`; an exception thrown
+  // before the completion is called becomes `absl::InternalError`.
+  using AsyncLoader = absl::AnyInvocable<void(const K&, Completion<V>) const>;
+
+  // What `GetAsync` calls with a result.
+  using Callback = absl::AnyInvocable<void(absl::StatusOr<V>) &&>;
+
+  class Awaiter;
+
   // Throws `std::invalid_argument` naming the field and the value if
   // `options` or `policy` is invalid (see `Options::Validate()`), if
   // `loader` is empty, or if `options.shared` is set for types without a
@@ -97,12 +115,19 @@ class Cache {
   // tier, subscribes to other caches' writes until destroyed.
   explicit Cache(Loader loader, Options options = {}, Policy policy = {});
 
+  // As above, with an asynchronous loader: `Get` still works (it waits for
+  // the completion, within `wait_timeout`), and `GetAsync` never blocks.
+  explicit Cache(AsyncLoader loader, Options options = {}, Policy policy = {});
+
   // Blocks until background loads of this cache that are running have
   // returned; queued ones are dropped without calling the loader. After it
   // returns the loader is never called again. Stored values are destroyed
   // here; removed ones awaiting reclamation may outlive it (see above). Must
   // not be called from inside this cache's loader, nor while another thread
-  // is inside a method.
+  // is inside a method. Every `GetAsync` callback still pending is called
+  // once, with `absl::CancelledError`, before it returns, and none runs
+  // after it; a completion of an asynchronous loader called later is
+  // ignored.
   ~Cache();
 
   Cache(const Cache&) = delete;
@@ -141,6 +166,36 @@ class Cache {
   // while a listener, a destructor of K or V, or a copy of V runs. A hit
   // takes no lock and writes no memory another thread writes.
   absl::StatusOr<V> Get(const K& key);
+
+  // Cache::GetAsync()
+  //
+  // Never blocks and never runs a blocking loader on the calling thread. A
+  // value the policy serves at once (fresh or stale) calls `done` inline,
+  // before GetAsync returns, allocating nothing. Otherwise `done` runs
+  // exactly once, on the thread that completes the load (for a blocking
+  // loader that is a thread of `Options::executor`; for an asynchronous one,
+  // the thread that calls its completion), with what `Get` would have
+  // returned: coalescing, policies, stale values, `error_ttl`,
+  // `max_concurrent_loads`, the shared tier and the stats behave as for
+  // `Get`. A waiter not answered within `Options::wait_timeout` gets a stale
+  // value the policy keeps or `absl::DeadlineExceededError`, from the
+  // cache's timer thread, while the load carries on and stores its result
+  // (one timer thread per cache, not one per waiter). A `done` that throws:
+  // the exception is caught and dropped; the other waiters are unaffected.
+  //
+  // Thread-safe. Allocates a waiter on a miss.
+  void GetAsync(const K& key, Callback done);
+
+  // Cache::Await()
+  //
+  // Awaitable in any C++20 coroutine:
+  //   absl::StatusOr<V> v = co_await cache.Await(key);
+  // Ready at once when GetAsync would call `done` inline; otherwise resumes
+  // the coroutine where `done` would run. Use it in the co_await expression
+  // itself: it refers to `key` until resumed. asio's `awaitable` needs
+  // `paddock::AsyncGet` (`paddock/asio.h`) instead: it rejects foreign
+  // awaiters.
+  Awaiter Await(const K& key);
 
   // Cache::GetIfPresent()
   //
@@ -229,6 +284,9 @@ class Cache {
     // On failure, stand in with a value the policy still keeps (as for a
     // caller whose wait timed out), not only one it serves on errors.
     bool stale_until_keep = false;
+    // An uncoalesced load's own rendezvous with its caller (its registered
+    // flight is shared with the key's other loads).
+    std::shared_ptr<Flight> delivery = nullptr;
   };
 
   // What a stored entry answers a lookup at some instant.
@@ -241,10 +299,15 @@ class Cache {
     int64_t loaded_at = 0;  // `entry`'s, for what outlives the guard.
   };
 
-  class RefreshTask;
+  class LoadTask;
+  class AsyncWaiter;
+  struct AsyncLoad;
   class TierSubscriber;
 
   static constexpr bool kShareable = internal::kShareable<K, V>;
+
+  Cache(Loader loader, AsyncLoader async_loader, Options options,
+        Policy policy);
 
   static Options Resolve(Options options);
 
@@ -282,6 +345,19 @@ class Cache {
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnquiet(Shard& shard,
                                                        const K& key,
                                                        size_t hash);
+  // What a lookup answers at once (fresh, stale, a remembered error), or
+  // nullopt; may start a refresh. Takes no lock unless it starts one.
+  std::optional<absl::StatusOr<V>> ServeNow(Shard& shard, const K& key,
+                                            size_t hash);
+  // The hit path and ServeNow, for GetAsync and Await.
+  std::optional<absl::StatusOr<V>> TryServeNow(const K& key);
+  // GetAsync past what it can answer at once.
+  void GetAsyncMiss(Shard& shard, const K& key, size_t hash, Callback done);
+  // What a waiter gets when its wait_timeout passes; `counted` in the stats.
+  absl::StatusOr<V> TimedOut(const K& key, size_t hash, bool counted = true);
+  // Completes an asynchronous waiter with `outcome`, if nobody else did.
+  void Deliver(const std::shared_ptr<internal::AsyncWaiterBase>& waiter,
+               const Outcome& outcome) noexcept;
   // Decides what `n` answers at `now`. Writes only one-way flags.
   Answer Examine(Entry* n, int64_t now);
   // The value or error `answer` serves; call inside the guard it was made
@@ -290,22 +366,34 @@ class Cache {
   // Counts what `answer` served; call without a lock.
   void Record(const Answer& answer, int64_t now);
   absl::StatusOr<V> GetSlow(Shard& shard, const K& key, size_t hash);
+  // `counted`: a coalesced waiter (its timeout counts in the stats).
   absl::StatusOr<V> Wait(const std::shared_ptr<Flight>& flight, Shard& shard,
-                         const K& key, size_t hash);
+                         const K& key, size_t hash, bool counted = true);
 
   // -- Loads.
   // Runs `load` on this thread (taking a slot first if it has none) and
   // returns what its caller gets.
   absl::StatusOr<V> Lead(Load load);
   // Loads (through the shared tier, if any), stores, publishes; returns the
-  // outcome.
-  Outcome RunLoad(Load& load);
-  // Calls the loader on this thread; with a lease, writes the result to the
-  // shared tier before storing it.
-  Outcome LoadHere(Load& load, const std::string* key_bytes,
-                   const std::string* lease_token);
+  // outcome, or nullopt if an asynchronous loader will complete it.
+  std::optional<Outcome> RunLoad(Load& load);
+  // Calls the loader on this thread (an asynchronous one: starts it); with a
+  // lease, writes the result to the shared tier before storing it.
+  std::optional<Outcome> LoadHere(Load& load, const std::string* key_bytes,
+                                  const std::string* lease_token);
+  // The loader's result, from `started` on: the rest of LoadHere.
+  Outcome FinishLoad(Load& load, absl::StatusOr<V> result, int64_t started,
+                     const std::string* key_bytes,
+                     const std::string* lease_token);
+  // Starts the asynchronous loader for `load`, which it takes over.
+  void StartAsyncLoad(Load& load, const std::string* key_bytes,
+                      const std::string* lease_token);
+  // What the completion of an asynchronous load does.
+  static void FinishAsyncLoad(const std::shared_ptr<AsyncLoad>& state,
+                              absl::StatusOr<V> result, bool dropped,
+                              absl::Status thrown);
   // The shared tier's part of a load: its value, a lease, or a wait.
-  Outcome RunFleetLoad(Load& load);
+  std::optional<Outcome> RunFleetLoad(Load& load);
   // Writes a load's result to the shared tier under `lease_token`.
   void FillTier(Load& load, const std::string& key_bytes,
                 const std::string& lease_token, const absl::StatusOr<V>& result,
@@ -319,6 +407,8 @@ class Cache {
   // owns its key, and publishes it to the load's waiters. Never throws.
   Outcome Complete(Load& load, absl::StatusOr<V> result, bool loader_ran,
                    int64_t started, int64_t finished) noexcept;
+  // Publishes `outcome` on `flight` and completes its asynchronous waiters.
+  void PublishTo(Flight& flight, const Outcome& outcome) noexcept;
   // Complete()'s store: returns whether anyone joined the load.
   bool StoreOutcome(Load& load, Outcome& outcome, bool loader_ran,
                     int64_t started, int64_t finished);
@@ -348,13 +438,14 @@ class Cache {
   // `n` is compared by address safely) and schedules the task after that
   // guard ends.
   void PrepareRefresh(Shard& shard, const K& key, size_t hash, const Entry* n,
-                      std::optional<RefreshTask>& task);
+                      std::optional<LoadTask>& task);
   // Hands `task` to the executor; a task the executor refuses (throws) ends
   // its load with Cancelled. Never throws.
-  void Schedule(RefreshTask task) noexcept;
+  void Schedule(LoadTask task) noexcept;
   Executor* executor();
 
   Loader loader_;
+  AsyncLoader async_loader_;  // Set instead of loader_.
   const Options options_;
   const Policy policy_;
   Clock* const clock_;
@@ -371,6 +462,7 @@ class Cache {
       std::make_shared<internal::Lifeline>();
   std::once_flag pool_once_;
   std::unique_ptr<ThreadPool> pool_;  // The default executor, made lazily.
+  internal::AsyncWaiters async_waiters_;
   // The shared tier (Options::shared), and this cache's subscription to
   // other caches' writes; destroyed first.
   SharedTier* const tier_;
@@ -412,25 +504,37 @@ class Cache<K, V, P, H, E>::TierSubscriber final
   Cache* const cache_;
 };
 
-// A scheduled background refresh. It holds its flight from registration; the
+// A load scheduled on the executor: a background refresh, or a load a
+// GetAsync caller started. It holds its flight from registration; a queued
 // flight is run by whoever claims it first: this task when the executor runs
 // it, or a caller that needs the value before then. Destroyed unrun (an
-// executor that drops work), it ends the load with Cancelled. After the cache
-// is gone it touches nothing of it.
+// executor that drops work), it ends the load with Cancelled. After the
+// cache is gone it touches nothing of it.
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-class Cache<K, V, P, H, E>::RefreshTask {
+class Cache<K, V, P, H, E>::LoadTask {
  public:
-  RefreshTask(Cache* cache, const K& key, size_t hash)
-      : cache_(cache), lifeline_(cache->lifeline_), key_(key), hash_(hash) {}
-  RefreshTask(RefreshTask&&) noexcept = default;
-  RefreshTask& operator=(RefreshTask&&) = delete;
-  ~RefreshTask() {
+  LoadTask(Cache* cache, const K& key, size_t hash,
+           LoadKind kind = LoadKind::kRefresh)
+      : cache_(cache),
+        lifeline_(cache->lifeline_),
+        key_(key),
+        hash_(hash),
+        kind_(kind) {}
+  LoadTask(LoadTask&&) noexcept = default;
+  LoadTask& operator=(LoadTask&&) = delete;
+  ~LoadTask() {
     if (flight_ != nullptr) Run(/*dropped=*/true);
   }
 
   // Gives the task its registered flight; until then destroying it does
-  // nothing.
-  void Attach(std::shared_ptr<Flight> flight) { flight_ = std::move(flight); }
+  // nothing. `claimed`: the flight is the key's shared registration of
+  // uncoalesced loads (never queued); `delivery` their own rendezvous.
+  void Attach(std::shared_ptr<Flight> flight, bool claimed = false,
+              std::shared_ptr<Flight> delivery = nullptr) {
+    flight_ = std::move(flight);
+    claimed_ = claimed;
+    delivery_ = std::move(delivery);
+  }
 
   void operator()() && {
     if (flight_ != nullptr) Run(/*dropped=*/false);
@@ -441,31 +545,168 @@ class Cache<K, V, P, H, E>::RefreshTask {
     const std::shared_ptr<Flight> flight = std::move(flight_);
     const internal::Lifeline::Pass pass = lifeline_->Enter();
     if (!pass) {
-      // The cache is gone; tell anyone still holding the flight.
-      if (flight->TryClaim(0)) {
+      // The cache is gone (its destructor cancelled every async waiter);
+      // tell a blocked waiter still holding the flight, if any.
+      if (!claimed_ && flight->TryClaim(0)) {
         flight->Publish({absl::CancelledError("paddock: cache destroyed")});
       }
       return;
     }
     // A caller that needed the value ran it already.
-    if (!flight->TryClaim(cache_->NowNanos())) return;
-    Load load{key_, hash_, flight, LoadKind::kRefresh, flight->slot()};
+    if (!claimed_ && !flight->TryClaim(cache_->NowNanos())) return;
+    Load load{key_, hash_, flight, kind_, claimed_ ? 0 : flight->slot()};
+    load.caller_waits = kind_ == LoadKind::kForeground;
+    load.delivery = delivery_;
     if (dropped) {
       cache_->slots_.Release(std::exchange(load.slot, 0));
       const int64_t now = cache_->NowNanos();
-      cache_->Complete(load,
-                       absl::CancelledError("paddock: refresh task dropped"),
+      cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
                        /*loader_ran=*/false, now, now);
-    } else {
-      cache_->RunLoad(load);
+      return;
     }
+    if (load.slot == 0) {
+      load.slot = cache_->slots_.AcquireFor(
+          cache_->options_.wait_timeout, [this] { return cache_->NowNanos(); });
+      if (load.slot == 0) {
+        const int64_t now = cache_->NowNanos();
+        cache_->Complete(
+            load,
+            absl::DeadlineExceededError(absl::StrCat(
+                "paddock: no load slot came free within "
+                "wait_timeout (",
+                absl::FormatDuration(cache_->options_.wait_timeout), ")")),
+            /*loader_ran=*/false, now, now);
+        return;
+      }
+    }
+    cache_->RunLoad(load);
   }
 
   Cache* cache_;
   std::shared_ptr<internal::Lifeline> lifeline_;
   K key_;
   size_t hash_;
+  LoadKind kind_;
+  bool claimed_ = false;
   std::shared_ptr<Flight> flight_;
+  std::shared_ptr<Flight> delivery_;
+};
+
+// A GetAsync caller waiting for a load: completed once, by the load's
+// outcome, its wait_timeout (the timer thread) or the cache's destructor.
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+class Cache<K, V, P, H, E>::AsyncWaiter final
+    : public internal::AsyncWaiterBase {
+ public:
+  AsyncWaiter(Cache* cache, const K& key, size_t hash, Callback done,
+              SteadyTime deadline)
+      : AsyncWaiterBase(deadline),
+        cache_(cache),
+        lifeline_(cache->lifeline_),
+        key_(key),
+        hash_(hash),
+        done_(std::move(done)) {}
+
+  // Calls back with `result`; for the waiter's claimer only.
+  void Run(absl::StatusOr<V> result) noexcept {
+    try {
+      std::move(done_)(std::move(result));
+    } catch (...) {
+      // Documented: a callback's exception is dropped.
+    }
+  }
+
+  void Expire() override {
+    const internal::Lifeline::Pass pass = lifeline_->Enter();
+    if (!pass) return Cancel();
+    absl::StatusOr<V> result = absl::InternalError("paddock: timed out");
+    try {
+      result = cache_->TimedOut(key_, hash_);
+    } catch (...) {
+      // A copy of V threw: the caller gets the timeout's Internal error.
+    }
+    Run(std::move(result));
+  }
+
+  void Cancel() override {
+    Run(absl::CancelledError("paddock: cache destroyed"));
+  }
+
+ private:
+  Cache* const cache_;
+  const std::shared_ptr<internal::Lifeline> lifeline_;
+  const K key_;
+  const size_t hash_;
+  Callback done_;
+};
+
+// An asynchronous loader's load in progress: what its completion needs when
+// it is called, on any thread, perhaps after the cache is gone.
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+struct Cache<K, V, P, H, E>::AsyncLoad {
+  AsyncLoad(Cache* cache, Load& from, const std::string* key_bytes,
+            const std::string* lease_token)
+      : cache(cache),
+        lifeline(cache->lifeline_),
+        key(from.key),
+        load{key, from.hash, from.flight, from.kind,
+             std::exchange(from.slot, 0)},
+        with_lease(lease_token != nullptr),
+        key_bytes(key_bytes != nullptr ? *key_bytes : std::string()),
+        lease_token(lease_token != nullptr ? *lease_token : std::string()) {
+    load.caller_waits = from.caller_waits;
+    load.stale_until_keep = from.stale_until_keep;
+    load.delivery = from.delivery;
+  }
+
+  Cache* const cache;
+  const std::shared_ptr<internal::Lifeline> lifeline;
+  const K key;
+  Load load;
+  const bool with_lease;
+  const std::string key_bytes;
+  const std::string lease_token;
+  int64_t started = 0;
+  std::atomic<bool> finished{false};
+  // Set while the loader call is on the stack of `caller`: a completion
+  // destroyed there by an exception leaves the answer to the catch.
+  std::atomic<bool> in_call{false};
+  std::thread::id caller;
+  int uncaught = 0;
+};
+
+// What `Cache::Await` returns (see there).
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+class Cache<K, V, P, H, E>::Awaiter {
+ public:
+  Awaiter(const Awaiter&) = delete;
+  Awaiter& operator=(const Awaiter&) = delete;
+
+  bool await_ready() {
+    result_ = cache_->TryServeNow(*key_);
+    return result_.has_value();
+  }
+  bool await_suspend(std::coroutine_handle<> handle) {
+    handle_ = handle;
+    cache_->GetAsync(*key_, [this](absl::StatusOr<V> result) {
+      result_.emplace(std::move(result));
+      // Whoever comes second resumes: this callback, or nobody if it ran
+      // before the coroutine suspended.
+      if (second_.exchange(true, std::memory_order_acq_rel)) handle_.resume();
+    });
+    return !second_.exchange(true, std::memory_order_acq_rel);
+  }
+  absl::StatusOr<V> await_resume() { return *std::move(result_); }
+
+ private:
+  friend class Cache;
+  Awaiter(Cache* cache, const K& key) : cache_(cache), key_(&key) {}
+
+  Cache* const cache_;
+  const K* const key_;
+  std::optional<absl::StatusOr<V>> result_;
+  std::atomic<bool> second_{false};
+  std::coroutine_handle<> handle_;
 };
 
 // ---------------------------------------------------------------------------
@@ -489,8 +730,20 @@ Options Cache<K, V, P, H, E>::Resolve(Options options) {
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
+    : Cache(std::move(loader), AsyncLoader(), std::move(options),
+            std::move(policy)) {}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Cache<K, V, P, H, E>::Cache(AsyncLoader loader, Options options, P policy)
+    : Cache(Loader(), std::move(loader), std::move(options),
+            std::move(policy)) {}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
+                            Options options, P policy)
     : loader_(std::move(loader)),
-      options_(Resolve(options)),
+      async_loader_(std::move(async_loader)),
+      options_(Resolve(std::move(options))),
       policy_(std::move(policy)),
       clock_(options_.clock),
       system_clock_(clock_ == SystemClock::Get()),
@@ -501,7 +754,7 @@ Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
       slots_(options_.max_concurrent_loads, options_.max_load_age),
       recorder_(options_.listener),
       tier_(options_.shared.get()) {
-  if (!loader_) {
+  if (!loader_ && !async_loader_) {
     throw std::invalid_argument("paddock::Cache: loader must not be empty");
   }
   if constexpr (requires { policy_.Validate(); }) {
@@ -531,6 +784,8 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::~Cache() {
   subscription_.reset();  // No tier callback runs after this.
   lifeline_->CloseAndWait();
+  // No load completes any more: what still waits gets Cancelled, once.
+  async_waiters_.CancelAll();
   pool_.reset();    // Runs queued tasks, which now skip the closed cache.
   shards_.reset();  // No reader can be inside: entries are freed directly.
   // Free what this cache retired, unless a reader elsewhere still holds an
@@ -558,7 +813,17 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnquiet(Shard& shard, const K& key,
                                                    size_t hash) {
-  std::optional<RefreshTask> refresh;
+  if (std::optional<absl::StatusOr<V>> now = ServeNow(shard, key, hash)) {
+    return *std::move(now);
+  }
+  return GetSlow(shard, key, hash);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::ServeNow(Shard& shard,
+                                                                const K& key,
+                                                                size_t hash) {
+  std::optional<LoadTask> refresh;
   std::optional<absl::StatusOr<V>> result;
   Answer answer;
   int64_t now = 0;
@@ -574,10 +839,212 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnquiet(Shard& shard, const K& key,
     }
   }
   // Past the guard: a load must never run inside one.
-  if (!result.has_value()) return GetSlow(shard, key, hash);
-  Record(answer, now);
-  if (refresh.has_value()) Schedule(*std::move(refresh));
-  return *std::move(result);
+  if (result.has_value()) {
+    Record(answer, now);
+    if (refresh.has_value()) Schedule(*std::move(refresh));
+  }
+  return result;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
+    const K& key) {
+  const size_t hash = HashOf(key);
+  Shard& shard = ShardFor(hash);
+  internal::ThreadRecord* const record = internal::CurrentThreadRecord();
+  std::optional<absl::StatusOr<V>> result;
+  {
+    internal::EpochGuard guard(record);
+    const Entry* n = shard.Find(hash, key, eq_);
+    if (n != nullptr && HitNowNanos() < n->quiet_until) [[likely]] {
+      MarkVisited(n);
+      recorder_.Hit(record);
+      result.emplace(*n->value);
+    }
+  }
+  if (!result.has_value()) result = ServeNow(shard, key, hash);
+  return result;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::GetAsync(const K& key, Callback done) {
+  if (std::optional<absl::StatusOr<V>> now = TryServeNow(key)) {
+    try {
+      std::move(done)(*std::move(now));
+    } catch (...) {
+      // Documented: a callback's exception is dropped.
+    }
+    return;
+  }
+  const size_t hash = HashOf(key);
+  GetAsyncMiss(ShardFor(hash), key, hash, std::move(done));
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Awaiter Cache<K, V, P, H, E>::Await(
+    const K& key) {
+  return Awaiter(this, key);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
+                                        Callback done) {
+  // An asynchronous loader with nothing to block on starts at once, here;
+  // anything else that may block (a blocking loader, a wait for a load
+  // slot, the shared tier) runs on the executor.
+  const bool start_here =
+      async_loader_ && tier_ == nullptr && options_.max_concurrent_loads == 0;
+  std::shared_ptr<Flight> flight;
+  std::shared_ptr<Flight> delivery;
+  bool lead = false;
+  Answer answer;
+  int64_t now;
+  std::optional<LoadTask> refresh;
+  std::optional<absl::StatusOr<V>> result;
+  {
+    internal::EpochGuard guard;
+    {
+      Writer w(shard);
+      now = NowNanos();
+      if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+        answer = Examine(n, now);
+      }
+      if (answer.served == Answer::Served::kNothing) {
+        if constexpr (P::kCoalesceLoads) {
+          flight = shard.LiveFlight(key, hash, now, max_load_age_);
+          if (flight == nullptr) {
+            // Queued until the executor (or a blocking caller) claims it.
+            flight = std::make_shared<Flight>(
+                now,
+                start_here ? Flight::State::kRunning : Flight::State::kQueued);
+            shard.Register(w, key, hash, flight);
+            lead = true;
+          }
+          flight->Join();
+        } else {
+          flight = shard.LiveFlight(key, hash, now,
+                                    std::numeric_limits<int64_t>::max());
+          if (flight != nullptr) {
+            flight->AddRunner();
+          } else {
+            flight = std::make_shared<Flight>(now, Flight::State::kRunning);
+            shard.Register(w, key, hash, flight);
+          }
+          lead = true;
+        }
+      }
+    }
+    if (answer.served != Answer::Served::kNothing) {
+      result.emplace(ResultOf(answer));
+      if (answer.refresh) {
+        PrepareRefresh(shard, key, hash, answer.entry, refresh);
+      }
+    }
+  }
+  if (result.has_value()) {
+    Record(answer, now);
+    if (refresh.has_value()) Schedule(*std::move(refresh));
+    try {
+      std::move(done)(*std::move(result));
+    } catch (...) {
+      // Documented: a callback's exception is dropped.
+    }
+    return;
+  }
+  recorder_.Miss();
+  if (!lead) recorder_.CoalescedWait();
+  if constexpr (!P::kCoalesceLoads) {
+    delivery = std::make_shared<Flight>(now);
+  }
+  Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
+  const absl::Duration timeout = options_.wait_timeout;
+  auto waiter = std::make_shared<AsyncWaiter>(
+      this, key, hash, std::move(done),
+      internal::IsForever(timeout)
+          ? internal::AsyncWaiterBase::SteadyTime::max()
+          : std::chrono::steady_clock::now() +
+                absl::ToChronoNanoseconds(timeout));
+  if (timeout <= absl::ZeroDuration()) {
+    // Never waits: the answer a timeout gives, now. (The load, if this
+    // caller started one, still runs and stores.)
+    waiter->Claim();
+    waiter->Run(TimedOut(key, hash));
+  } else {
+    try {
+      async_waiters_.Add(waiter);
+    } catch (...) {
+      // No timer thread: this caller gets the timeout's answer at once.
+      waiter->Claim();
+      waiter->Run(TimedOut(key, hash));
+    }
+    if (!waiter->claimed() && !rendezvous.AddAsyncWaiter(waiter)) {
+      Deliver(waiter, *rendezvous.published());  // Published meanwhile.
+    }
+  }
+  if (!lead) return;
+  if (start_here) {
+    Load load{key, hash, flight, LoadKind::kForeground};
+    load.caller_waits = true;
+    load.delivery = std::move(delivery);
+    StartAsyncLoad(load, nullptr, nullptr);
+    return;
+  }
+  try {
+    std::optional<LoadTask> task;
+    task.emplace(this, key, hash, LoadKind::kForeground);
+    task->Attach(flight, /*claimed=*/!P::kCoalesceLoads, std::move(delivery));
+    Schedule(*std::move(task));
+  } catch (...) {
+    // The task could not be made (its key's copy threw): end the load as
+    // dropped work ends, so that its waiters are not left waiting.
+    Load load{key, hash, flight, LoadKind::kForeground};
+    const int64_t at = NowNanos();
+    Complete(load, absl::InternalError("paddock: could not start the load"),
+             /*loader_ran=*/false, at, at);
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::TimedOut(const K& key, size_t hash,
+                                                 bool counted) {
+  if (counted) recorder_.WaitTimeout();
+  std::optional<V> stale;
+  int64_t now = 0;
+  int64_t loaded_at = 0;
+  {
+    internal::EpochGuard guard;
+    now = NowNanos();
+    const Entry* n = ShardFor(hash).Find(hash, key, eq_);
+    if (n != nullptr && n->value.has_value() && now < n->keep_until) {
+      stale.emplace(*n->value);
+      loaded_at = n->loaded_at;
+    }
+  }
+  if (stale.has_value()) {
+    recorder_.StaleFallback(absl::Nanoseconds(now - loaded_at));
+    return *std::move(stale);
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("paddock: the load of this key did not finish within "
+                   "wait_timeout (",
+                   absl::FormatDuration(options_.wait_timeout), ")"));
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::Deliver(
+    const std::shared_ptr<internal::AsyncWaiterBase>& base,
+    const Outcome& outcome) noexcept {
+  auto* waiter = static_cast<AsyncWaiter*>(base.get());
+  if (!waiter->Claim()) return;  // Timed out or cancelled first.
+  async_waiters_.Remove(waiter);
+  absl::StatusOr<V> result = absl::InternalError(
+      "paddock: copying the loaded value for a waiter failed");
+  try {
+    result = Serve(outcome);
+  } catch (...) {
+    // A copy of V threw: this waiter gets the Internal error.
+  }
+  waiter->Run(std::move(result));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -649,7 +1116,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
   bool lead = false;
   Answer answer;
   int64_t now;
-  std::optional<RefreshTask> refresh;
+  std::optional<LoadTask> refresh;
   std::optional<absl::StatusOr<V>> result;
   {
     // Held across the lock so that the entry examined under it can still be
@@ -719,32 +1186,15 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
     const std::shared_ptr<Flight>& flight, Shard& shard, const K& key,
-    size_t hash) {
+    size_t hash, bool counted) {
+  (void)shard;
   if (const Outcome* outcome = flight->WaitFor(options_.wait_timeout);
       outcome != nullptr) {
     return Serve(*outcome);
   }
-  recorder_.WaitTimeout();
-  std::optional<V> stale;
-  int64_t now = 0;
-  int64_t loaded_at = 0;
-  {
-    internal::EpochGuard guard;
-    now = NowNanos();
-    const Entry* n = shard.Find(hash, key, eq_);
-    if (n != nullptr && n->value.has_value() && now < n->keep_until) {
-      stale.emplace(*n->value);
-      loaded_at = n->loaded_at;
-    }
-  }
-  if (stale.has_value()) {
-    recorder_.StaleFallback(absl::Nanoseconds(now - loaded_at));
-    return *std::move(stale);
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("paddock: the load of this key did not finish within "
-                   "wait_timeout (",
-                   absl::FormatDuration(options_.wait_timeout), ")"));
+  // The leader of an asynchronous load (not `counted`) did not join as a
+  // coalesced waiter, so its timeout is not one either.
+  return TimedOut(key, hash, counted);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -772,7 +1222,18 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
                    /*loader_ran=*/false, now, now));
     }
   }
-  return Serve(RunLoad(load));
+  if (!async_loader_) return Serve(*RunLoad(load));
+  // An asynchronous loader completes elsewhere: wait for it like a joiner,
+  // on the load's flight (an uncoalesced load: on a rendezvous of its own).
+  std::shared_ptr<Flight> rendezvous = load.flight;
+  if constexpr (P::kCoalesceLoads) {
+    load.flight->Join();  // Before the load can complete and publish.
+  } else {
+    rendezvous = load.delivery = std::make_shared<Flight>(NowNanos());
+  }
+  if (std::optional<Outcome> outcome = RunLoad(load)) return Serve(*outcome);
+  return Wait(rendezvous, ShardFor(load.hash), load.key, load.hash,
+              /*counted=*/false);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -790,8 +1251,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key) {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunLoad(
-    Load& load) {
+std::optional<typename Cache<K, V, P, H, E>::Outcome>
+Cache<K, V, P, H, E>::RunLoad(Load& load) {
   if constexpr (kShareable) {
     if (tier_ != nullptr) return RunFleetLoad(load);
   }
@@ -799,8 +1260,13 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunLoad(
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::LoadHere(
-    Load& load, const std::string* key_bytes, const std::string* lease_token) {
+std::optional<typename Cache<K, V, P, H, E>::Outcome>
+Cache<K, V, P, H, E>::LoadHere(Load& load, const std::string* key_bytes,
+                               const std::string* lease_token) {
+  if (async_loader_) {
+    StartAsyncLoad(load, key_bytes, lease_token);
+    return std::nullopt;
+  }
   // The slot goes back however the load ends.
   absl::Cleanup release_slot = [&] {
     slots_.Release(std::exchange(load.slot, 0));
@@ -812,8 +1278,16 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::LoadHere(
     internal::LoadScope scope(this, load.hash, &load.key);
     result = CallLoader(load.key);
   }
+  std::move(release_slot).Cancel();  // FinishLoad releases it.
+  return FinishLoad(load, std::move(result), started, key_bytes, lease_token);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
+    Load& load, absl::StatusOr<V> result, int64_t started,
+    const std::string* key_bytes, const std::string* lease_token) {
   const int64_t finished = NowNanos();
-  std::move(release_slot).Invoke();
+  slots_.Release(std::exchange(load.slot, 0));
   recorder_.LoadFinished(load.kind, absl::Nanoseconds(finished - started),
                          result.status());
   if constexpr (kShareable) {
@@ -826,8 +1300,57 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::LoadHere(
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::RunFleetLoad(
-    Load& load) {
+void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
+                                          const std::string* key_bytes,
+                                          const std::string* lease_token) {
+  auto state = std::make_shared<AsyncLoad>(this, load, key_bytes, lease_token);
+  recorder_.LoadStarted(load.kind);
+  state->started = NowNanos();
+  Completion<V> completion(
+      [state](absl::StatusOr<V> result, bool dropped) mutable {
+        FinishAsyncLoad(state, std::move(result), dropped, absl::OkStatus());
+      });
+  state->caller = std::this_thread::get_id();
+  state->uncaught = std::uncaught_exceptions();
+  state->in_call.store(true, std::memory_order_release);
+  absl::Status thrown;
+  try {
+    async_loader_(state->key, std::move(completion));
+  } catch (const std::exception& e) {
+    thrown = absl::InternalError(
+        absl::StrCat("paddock: the asynchronous loader threw: ", e.what()));
+  } catch (...) {
+    thrown = absl::InternalError(
+        "paddock: the asynchronous loader threw an exception that is not a "
+        "std::exception");
+  }
+  state->in_call.store(false, std::memory_order_release);
+  if (!thrown.ok()) FinishAsyncLoad(state, thrown, false, thrown);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::FinishAsyncLoad(
+    const std::shared_ptr<AsyncLoad>& state, absl::StatusOr<V> result,
+    bool dropped, absl::Status thrown) {
+  if (dropped && state->in_call.load(std::memory_order_acquire) &&
+      std::this_thread::get_id() == state->caller &&
+      std::uncaught_exceptions() > state->uncaught) {
+    return;  // Unwinding from the loader: the catch answers, with what().
+  }
+  if (!thrown.ok()) result = std::move(thrown);
+  if (state->finished.exchange(true, std::memory_order_acq_rel)) return;
+  // A completion called after the cache is gone does nothing: the
+  // destructor has answered every waiter.
+  const internal::Lifeline::Pass pass = state->lifeline->Enter();
+  if (!pass) return;
+  state->cache->FinishLoad(state->load, std::move(result), state->started,
+                           state->with_lease ? &state->key_bytes : nullptr,
+                           state->with_lease ? &state->lease_token : nullptr);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<typename Cache<K, V, P, H, E>::Outcome>
+Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
   std::string key_bytes;
   std::string have_version;
   try {
@@ -1014,17 +1537,32 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   }
   // From here the flight is done: even if it is still registered (storing
   // threw before it was unregistered), nobody joins or waits for it again.
-  if (!publish) {
-    load.flight->Abandon();
-  } else {
-    try {
-      load.flight->Publish(outcome);
-    } catch (...) {
-      load.flight->Publish({absl::InternalError(
-          "paddock: copying the loaded value for its waiters failed")});
+  // (An uncoalesced load's registration is shared with the key's other
+  // loads and waited on by nobody: it is left alone.)
+  if constexpr (P::kCoalesceLoads) {
+    if (!publish) {
+      load.flight->Abandon();
+    } else {
+      PublishTo(*load.flight, outcome);
     }
   }
+  if (load.delivery != nullptr) PublishTo(*load.delivery, outcome);
   return outcome;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::PublishTo(Flight& flight,
+                                     const Outcome& outcome) noexcept {
+  std::vector<std::shared_ptr<internal::AsyncWaiterBase>> waiters;
+  try {
+    waiters = flight.Publish(outcome);
+  } catch (...) {
+    waiters = flight.Publish({absl::InternalError(
+        "paddock: copying the loaded value for its waiters failed")});
+  }
+  if (waiters.empty()) return;
+  const Outcome& published = *flight.published();
+  for (const auto& waiter : waiters) Deliver(waiter, published);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1158,7 +1696,7 @@ Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
                                           size_t hash, const Entry* n,
-                                          std::optional<RefreshTask>& task) {
+                                          std::optional<LoadTask>& task) {
   // Built before the lock (it copies the key); inert until given a flight.
   // If anything here throws, the entry must stay refreshable.
   absl::Cleanup refreshable = [n] {
@@ -1200,7 +1738,7 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::Schedule(RefreshTask task) noexcept {
+void Cache<K, V, P, H, E>::Schedule(LoadTask task) noexcept {
   try {
     // Outside every lock and guard: an executor may run the task inline.
     executor()->Schedule(std::move(task));

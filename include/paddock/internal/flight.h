@@ -20,11 +20,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
+#include "paddock/internal/async_waiters.h"
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/time_math.h"
 
@@ -83,15 +86,37 @@ class Flight {
     return runners_.fetch_sub(1, std::memory_order_relaxed) - 1;
   }
 
-  // Stores the outcome, marks the flight done and wakes every waiter. Call at
-  // most once. Never blocks beyond a short internal lock. Thread-safe.
-  void Publish(T outcome) {
+  // Adds a waiter without a thread (joined like any waiter). Returns false if
+  // the outcome is already published: the caller completes it itself from
+  // `published()`. Thread-safe.
+  bool AddAsyncWaiter(std::shared_ptr<AsyncWaiterBase> waiter) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (outcome_.has_value()) return false;
+    async_waiters_.push_back(std::move(waiter));
+    return true;
+  }
+
+  // Stores the outcome, marks the flight done and wakes every blocked
+  // waiter; returns the asynchronous waiters, for the caller to complete
+  // (outside its locks). Call at most once. Never blocks beyond a short
+  // internal lock. Thread-safe.
+  std::vector<std::shared_ptr<AsyncWaiterBase>> Publish(T outcome) {
+    std::vector<std::shared_ptr<AsyncWaiterBase>> waiters;
     {
       std::lock_guard<std::mutex> lock(mu_);
       outcome_.emplace(std::move(outcome));
       state_.store(State::kDone, std::memory_order_release);
+      waiters.swap(async_waiters_);
     }
     cv_.notify_all();
+    return waiters;
+  }
+
+  // The published outcome, or nullptr. Thread-safe; valid as long as the
+  // flight.
+  const T* published() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outcome_.has_value() ? &*outcome_ : nullptr;
   }
 
   // Marks the flight done without an outcome: for a load nobody joined.
@@ -123,6 +148,7 @@ class Flight {
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<T> outcome_;  // Guarded by mu_ until published.
+  std::vector<std::shared_ptr<AsyncWaiterBase>> async_waiters_;  // By mu_.
 };
 
 }  // namespace paddock::internal

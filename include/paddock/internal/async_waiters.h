@@ -1,0 +1,101 @@
+// File: paddock/internal/async_waiters.h
+// -----------------------------------------------------------------------------
+// The asynchronous waiters of one cache (`GetAsync`, `Await`): callers that
+// wait for a load without a thread. `AsyncWaiters` keeps every pending waiter
+// so that the cache's destructor can complete each exactly once, and runs one
+// timer thread per cache (started with the first waiter that has a finite
+// `wait_timeout`) that completes waiters whose wait times out. A waiter is
+// completed exactly once, by whoever claims it first: the load's outcome,
+// its timeout, or the destructor.
+
+#ifndef PADDOCK_INTERNAL_ASYNC_WAITERS_H_
+#define PADDOCK_INTERNAL_ASYNC_WAITERS_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "paddock/internal/mutex.h"
+
+namespace paddock::internal {
+
+class AsyncWaiterBase {
+ public:
+  using SteadyTime = std::chrono::steady_clock::time_point;
+
+  explicit AsyncWaiterBase(SteadyTime deadline) : deadline_(deadline) {}
+  virtual ~AsyncWaiterBase() = default;
+  AsyncWaiterBase(const AsyncWaiterBase&) = delete;
+  AsyncWaiterBase& operator=(const AsyncWaiterBase&) = delete;
+
+  // Takes the right to complete this waiter. True for exactly one caller.
+  bool Claim() { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+  bool claimed() const { return claimed_.load(std::memory_order_acquire); }
+  SteadyTime deadline() const { return deadline_; }
+
+  // Completes a claimed waiter whose wait timed out.
+  virtual void Expire() = 0;
+  // Completes a claimed waiter whose cache is being destroyed.
+  virtual void Cancel() = 0;
+
+ private:
+  friend class AsyncWaiters;
+  const SteadyTime deadline_;
+  std::atomic<bool> claimed_{false};
+  uint64_t id_ = 0;  // In its AsyncWaiters; set by Add.
+};
+
+class AsyncWaiters {
+ public:
+  AsyncWaiters() = default;
+  // Stops the timer thread. Call CancelAll first.
+  ~AsyncWaiters();
+  AsyncWaiters(const AsyncWaiters&) = delete;
+  AsyncWaiters& operator=(const AsyncWaiters&) = delete;
+
+  // Keeps `w` until Remove; with a deadline other than SteadyTime::max(), the
+  // timer claims and expires it then. May start the timer thread (throws
+  // std::system_error if it cannot; `w` is then not kept).
+  void Add(const std::shared_ptr<AsyncWaiterBase>& w);
+
+  // Forgets `w` (completed by its claimer).
+  void Remove(const AsyncWaiterBase* w);
+
+  // Claims and cancels every waiter still pending, on the calling thread,
+  // and stops the timer. Returns how many were cancelled.
+  size_t CancelAll();
+
+  size_t pending() const;
+
+ private:
+  struct Timer {
+    AsyncWaiterBase::SteadyTime deadline;
+    std::weak_ptr<AsyncWaiterBase> waiter;
+    bool operator>(const Timer& other) const {
+      return deadline > other.deadline;
+    }
+  };
+
+  void RunTimer();
+
+  mutable Mutex mu_;
+  std::condition_variable cv_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<AsyncWaiterBase>> pending_
+      ABSL_GUARDED_BY(mu_);
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread timer_;  // Started by the first Add with a deadline.
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_ASYNC_WAITERS_H_
