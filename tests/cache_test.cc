@@ -235,5 +235,21 @@ TEST_F(CacheTest, HitWithTheDefaultClockAllocatesNothing) {
   EXPECT_EQ(allocations, before);
 }
 
+TEST_F(CacheTest, AnAsyncHitCallsBackInlineAndAllocatesNothing) {
+  if (!kCountsAllocations) GTEST_SKIP() << "ThreadSanitizer owns operator new";
+  Cache<int, int, SingleFlight> cache(
+      [](const int& key) -> absl::StatusOr<int> { return key; }, options_);
+  ASSERT_TRUE(cache.Get(1).ok());
+  ASSERT_TRUE(cache.Get(1).ok());
+  int sum = 0;
+  const int64_t before = allocations;
+  for (int i = 0; i < 1000; ++i) {
+    // A callback small enough for AnyInvocable's inline storage.
+    cache.GetAsync(1, [&sum](absl::StatusOr<int> v) { sum += *v; });
+  }
+  EXPECT_EQ(allocations, before);
+  EXPECT_EQ(sum, 1000);
+}
+
 }  // namespace
 }  // namespace paddock

@@ -62,9 +62,11 @@ TEST(RefreshAheadPolicyTest, DecidesServeThenServeAndRefreshThenLoad) {
 
 TEST(RefreshAheadPolicyTest, ServesWithoutAnotherRefreshWhileOneIsInFlight) {
   const RefreshAhead policy{.refresh_at = 0.75};
-  EXPECT_EQ(DecideAt(policy, absl::Milliseconds(800), /*refresh_in_flight=*/true),
-            Decision::kServe);
-  EXPECT_EQ(DecideAt(policy, kTtl, /*refresh_in_flight=*/true), Decision::kLoad);
+  EXPECT_EQ(
+      DecideAt(policy, absl::Milliseconds(800), /*refresh_in_flight=*/true),
+      Decision::kServe);
+  EXPECT_EQ(DecideAt(policy, kTtl, /*refresh_in_flight=*/true),
+            Decision::kLoad);
 }
 
 TEST(RefreshAheadPolicyTest, AFractionOfOneNeverRefreshesAhead) {

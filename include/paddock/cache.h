@@ -391,7 +391,7 @@ class Cache {
   // What the completion of an asynchronous load does.
   static void FinishAsyncLoad(const std::shared_ptr<AsyncLoad>& state,
                               absl::StatusOr<V> result, bool dropped,
-                              absl::Status thrown);
+                              const absl::Status& thrown);
   // The shared tier's part of a load: its value, a lease, or a wait.
   std::optional<Outcome> RunFleetLoad(Load& load);
   // Writes a load's result to the shared tier under `lease_token`.
@@ -1331,13 +1331,13 @@ void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::FinishAsyncLoad(
     const std::shared_ptr<AsyncLoad>& state, absl::StatusOr<V> result,
-    bool dropped, absl::Status thrown) {
+    bool dropped, const absl::Status& thrown) {
   if (dropped && state->in_call.load(std::memory_order_acquire) &&
       std::this_thread::get_id() == state->caller &&
       std::uncaught_exceptions() > state->uncaught) {
     return;  // Unwinding from the loader: the catch answers, with what().
   }
-  if (!thrown.ok()) result = std::move(thrown);
+  if (!thrown.ok()) result = thrown;
   if (state->finished.exchange(true, std::memory_order_acq_rel)) return;
   // A completion called after the cache is gone does nothing: the
   // destructor has answered every waiter.

@@ -1,0 +1,391 @@
+// GetAsync, Await and asynchronous loaders: what a caller without a thread
+// to spare gets, when, on which thread, and exactly once; and what the
+// cache's destructor does with callers still waiting.
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "paddock/cache.h"
+#include "paddock/clock.h"
+#include "paddock/completion.h"
+#include "paddock/executor.h"
+#include "paddock/options.h"
+#include "paddock/policy.h"
+#include "paddock/testing/sync.h"
+
+namespace paddock {
+namespace {
+
+using ::paddock::testing::Counter;
+using ::paddock::testing::Gate;
+using ::testing::HasSubstr;
+
+using StringCache = Cache<std::string, std::string, SingleFlight>;
+
+// Records what each callback got, and on which thread.
+class Results {
+ public:
+  StringCache::Callback Callback() {
+    return [this](absl::StatusOr<std::string> v) {
+      std::lock_guard<std::mutex> lock(mu_);
+      results_.push_back(std::move(v));
+      threads_.push_back(std::this_thread::get_id());
+    };
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return results_.size();
+  }
+  std::vector<absl::StatusOr<std::string>> results() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return results_;
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+  // Waits (a minute at most) until `n` callbacks ran.
+  bool WaitFor(size_t n) {
+    for (int i = 0; i < 60000 && size() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return size() >= n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<absl::StatusOr<std::string>> results_;
+  std::vector<std::thread::id> threads_;
+};
+
+class AsyncTest : public ::testing::Test {
+ protected:
+  Options options_{
+      .ttl = absl::Seconds(10), .clock = &clock_, .executor = &executor_};
+  ManualClock clock_;
+  ManualExecutor executor_;
+  std::atomic<int> loads_{0};
+  StringCache::Loader Loader() {
+    return [this](const std::string& k) -> absl::StatusOr<std::string> {
+      return absl::StrCat(k, "#", ++loads_);
+    };
+  }
+};
+
+TEST_F(AsyncTest, TenThousandCallersOfAColdKeyShareOneLoad) {
+  StringCache cache(Loader(), options_);
+  Results results;
+  for (int i = 0; i < 10000; ++i) cache.GetAsync("k", results.Callback());
+  EXPECT_EQ(results.size(), 0u);  // Nothing ran on the calling thread.
+  EXPECT_EQ(loads_, 0);
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  EXPECT_EQ(loads_, 1);
+  ASSERT_EQ(results.size(), 10000u);
+  for (const auto& r : results.results()) EXPECT_EQ(*r, "k#1");
+  EXPECT_EQ(cache.stats().misses, 10000u);
+  EXPECT_EQ(cache.stats().coalesced_waits, 9999u);
+  EXPECT_EQ(cache.loads_in_flight(), 0u);
+}
+
+TEST_F(AsyncTest, AValueServedAtOnceCallsBackInline) {
+  StringCache cache(Loader(), options_);
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  Results results;
+  cache.GetAsync("k", results.Callback());
+  ASSERT_EQ(results.size(), 1u);  // Before GetAsync returned.
+  EXPECT_EQ(*results.results()[0], "k#1");
+  EXPECT_EQ(results.threads()[0], std::this_thread::get_id());
+  EXPECT_EQ(executor_.pending(), 0u);
+}
+
+TEST_F(AsyncTest, AStaleValueIsServedInlineWhileARefreshIsQueued) {
+  Cache<std::string, std::string, SoftTtl> cache(
+      [this](const std::string& k) -> absl::StatusOr<std::string> {
+        return absl::StrCat(k, "#", ++loads_);
+      },
+      options_);
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  clock_.Advance(absl::Seconds(11));
+  std::optional<absl::StatusOr<std::string>> got;
+  cache.GetAsync("k", [&](absl::StatusOr<std::string> v) { got = v; });
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(**got, "k#1");
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  EXPECT_EQ(*cache.Get("k"), "k#2");
+}
+
+TEST_F(AsyncTest, TheLoadRunsOnTheExecutorAndCallsBackThere) {
+  ThreadPool pool(1);
+  options_.executor = &pool;
+  StringCache cache(Loader(), options_);
+  Results results;
+  cache.GetAsync("k", results.Callback());
+  ASSERT_TRUE(results.WaitFor(1));
+  EXPECT_EQ(*results.results()[0], "k#1");
+  EXPECT_NE(results.threads()[0], std::this_thread::get_id());
+}
+
+TEST_F(AsyncTest, ALoadErrorReachesEveryAsyncWaiter) {
+  StringCache cache(
+      [](const std::string&) -> absl::StatusOr<std::string> {
+        return absl::UnavailableError("down");
+      },
+      options_);
+  Results results;
+  for (int i = 0; i < 3; ++i) cache.GetAsync("k", results.Callback());
+  executor_.RunAll();
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results.results()) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  }
+}
+
+TEST_F(AsyncTest, AsyncWaitersTimeOutWithoutAThreadEachAndTheLoadStillStores) {
+  ThreadPool pool(1);
+  options_.executor = &pool;
+  options_.wait_timeout = absl::Milliseconds(50);
+  Gate release;
+  Counter loading;
+  StringCache cache(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        loading.Increment();
+        release.Wait();
+        return k;
+      },
+      options_);
+  Results results;
+  for (int i = 0; i < 100; ++i) cache.GetAsync("k", results.Callback());
+  ASSERT_TRUE(results.WaitFor(100));  // Timed out, the load still hung.
+  for (const auto& r : results.results()) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_EQ(cache.stats().wait_timeouts, 100u);
+  release.Open();
+  while (cache.loads_in_flight() != 0) std::this_thread::yield();
+  EXPECT_EQ(cache.GetIfPresent("k"), "k");  // Stored all the same.
+}
+
+TEST_F(AsyncTest, AZeroWaitTimeoutAnswersAtOnce) {
+  options_.wait_timeout = absl::ZeroDuration();
+  StringCache cache(Loader(), options_);
+  Results results;
+  cache.GetAsync("k", results.Callback());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results.results()[0].status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(executor_.RunAll(), 1u);  // The load still runs and stores.
+  EXPECT_EQ(cache.GetIfPresent("k"), "k#1");
+}
+
+TEST_F(AsyncTest, DestroyingTheCacheCancelsEveryPendingWaiterOnce) {
+  Results results;
+  {
+    StringCache cache(Loader(), options_);
+    for (int i = 0; i < 5; ++i) cache.GetAsync("k", results.Callback());
+    cache.GetAsync("other", results.Callback());
+    EXPECT_EQ(results.size(), 0u);
+  }
+  ASSERT_EQ(results.size(), 6u);
+  for (const auto& r : results.results()) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  }
+  executor_.RunAll();  // The queued loads find the cache gone.
+  EXPECT_EQ(results.size(), 6u);
+  EXPECT_EQ(loads_, 0);
+}
+
+TEST_F(AsyncTest, ACallbackThatThrowsDoesNotHurtTheOthers) {
+  StringCache cache(Loader(), options_);
+  Results results;
+  cache.GetAsync("k", [](absl::StatusOr<std::string>) {
+    throw std::runtime_error("callback failed");
+  });
+  cache.GetAsync("k", results.Callback());
+  executor_.RunAll();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(*results.results()[0], "k#1");
+}
+
+TEST_F(AsyncTest, ABlockingGetFindingAnAsyncLoadQueuedRunsItItself) {
+  StringCache cache(Loader(), options_);
+  Results results;
+  cache.GetAsync("k", results.Callback());
+  EXPECT_EQ(*cache.Get("k"), "k#1");  // Claimed the queued load.
+  ASSERT_EQ(results.size(), 1u);      // And answered the async waiter.
+  EXPECT_EQ(executor_.RunAll(), 1u);  // The task finds it done.
+  EXPECT_EQ(loads_, 1);
+}
+
+TEST_F(AsyncTest, UncoalescedCallersEachLoadAndEachGetTheirOwnResult) {
+  Cache<std::string, std::string, NaiveJitter> cache(
+      [this](const std::string& k) -> absl::StatusOr<std::string> {
+        return absl::StrCat(k, "#", ++loads_);
+      },
+      options_, NaiveJitter{.jitter = 0});
+  Results results;
+  for (int i = 0; i < 3; ++i) cache.GetAsync("k", results.Callback());
+  EXPECT_EQ(executor_.RunAll(), 3u);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(loads_, 3);
+}
+
+// -- Asynchronous loaders.
+
+// Holds the completions an asynchronous loader was given.
+class PendingLoads {
+ public:
+  Cache<std::string, std::string, SingleFlight>::AsyncLoader Loader() {
+    return [this](const std::string& key, Completion<std::string> done) {
+      std::lock_guard<std::mutex> lock(mu_);
+      keys_.push_back(key);
+      completions_.push_back(std::move(done));
+    };
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return completions_.size();
+  }
+  Completion<std::string> Take(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(completions_[i]);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> keys_;
+  std::vector<Completion<std::string>> completions_;
+};
+
+TEST_F(AsyncTest, AnAsyncLoaderStartsOnTheCallingThreadAndCompletesElsewhere) {
+  PendingLoads pending;
+  StringCache cache(pending.Loader(), options_);
+  Results results;
+  for (int i = 0; i < 3; ++i) cache.GetAsync("k", results.Callback());
+  ASSERT_EQ(pending.size(), 1u);  // One load, started at once.
+  EXPECT_EQ(executor_.pending(), 0u);
+  std::thread completer(
+      [done = pending.Take(0)]() mutable { std::move(done)("remote"); });
+  completer.join();
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results.results()) EXPECT_EQ(*r, "remote");
+  EXPECT_EQ(cache.GetIfPresent("k"), "remote");
+  EXPECT_EQ(cache.stats().loads, 1u);
+}
+
+TEST_F(AsyncTest, AnAsyncLoaderThatDropsItsCompletionCancelsItsWaiters) {
+  PendingLoads pending;
+  StringCache cache(pending.Loader(), options_);
+  Results results;
+  cache.GetAsync("k", results.Callback());
+  { Completion<std::string> dropped = pending.Take(0); }
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results.results()[0].status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(cache.loads_in_flight(), 0u);  // The key is not wedged.
+}
+
+TEST_F(AsyncTest, AnAsyncLoaderThatNeverCompletesTimesItsWaitersOut) {
+  options_.wait_timeout = absl::Milliseconds(30);
+  PendingLoads pending;
+  StringCache cache(pending.Loader(), options_);
+  Results results;
+  cache.GetAsync("k", results.Callback());
+  ASSERT_TRUE(results.WaitFor(1));
+  EXPECT_EQ(results.results()[0].status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // A completion called after the cache is gone is ignored; here it is
+  // still alive and stores.
+  pending.Take(0)("late");
+  EXPECT_EQ(cache.GetIfPresent("k"), "late");
+}
+
+TEST_F(AsyncTest, AnAsyncLoaderThatThrowsFailsItsLoadWithWhat) {
+  StringCache cache(
+      StringCache::AsyncLoader([](const std::string&, Completion<std::string>) {
+        throw std::runtime_error("no connection");
+      }),
+      options_);
+  Results results;
+  cache.GetAsync("k", results.Callback());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results.results()[0].status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(results.results()[0].status().message(),
+              HasSubstr("no connection"));
+}
+
+TEST_F(AsyncTest, GetWorksWithAnAsyncLoaderByWaiting) {
+  ThreadPool completers(1);
+  StringCache cache(
+      StringCache::AsyncLoader(
+          [&](const std::string& k, Completion<std::string> done) {
+            completers.Schedule([k, done = std::move(done)]() mutable {
+              std::move(done)(k + "!");
+            });
+          }),
+      options_);
+  EXPECT_EQ(*cache.Get("k"), "k!");
+  EXPECT_EQ(*cache.Get("k"), "k!");  // A hit.
+  EXPECT_EQ(cache.stats().loads, 1u);
+  EXPECT_EQ(cache.stats().wait_timeouts, 0u);
+}
+
+TEST_F(AsyncTest, ACompletionCalledAfterTheCacheIsGoneIsIgnored) {
+  PendingLoads pending;
+  Results results;
+  {
+    StringCache cache(pending.Loader(), options_);
+    cache.GetAsync("k", results.Callback());
+  }
+  ASSERT_EQ(results.size(), 1u);  // Cancelled by the destructor.
+  pending.Take(0)("too late");
+  EXPECT_EQ(results.size(), 1u);
+}
+
+// -- Await, in a minimal coroutine type.
+
+struct Task {
+  struct promise_type {
+    Task get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
+
+Task AwaitInto(StringCache& cache, std::string key,
+               std::optional<absl::StatusOr<std::string>>* out) {
+  *out = co_await cache.Await(key);
+}
+
+TEST_F(AsyncTest, AwaitIsReadyAtOnceOnAHitAndResumesWhereTheLoadCompletes) {
+  StringCache cache(Loader(), options_);
+  std::optional<absl::StatusOr<std::string>> cold, hot;
+  AwaitInto(cache, "k", &cold);
+  EXPECT_FALSE(cold.has_value());  // Suspended.
+  executor_.RunAll();
+  ASSERT_TRUE(cold.has_value());  // Resumed by the load's thread (here).
+  EXPECT_EQ(**cold, "k#1");
+  AwaitInto(cache, "k", &hot);
+  ASSERT_TRUE(hot.has_value());  // Never suspended.
+  EXPECT_EQ(**hot, "k#1");
+}
+
+}  // namespace
+}  // namespace paddock
