@@ -166,7 +166,7 @@ class FakeSharedTier final : public SharedTier {
     on_await_ = std::move(hook);
   }
   // Writes a record as another process would (or garbage, as anyone could).
-  void StoreRaw(std::string_view key, SharedFill fill) {
+  void StoreRaw(std::string_view key, const SharedFill& fill) {
     std::lock_guard<std::mutex> lock(mu_);
     Store(key, fill);
   }

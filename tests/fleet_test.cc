@@ -32,7 +32,7 @@ using ::testing::HasSubstr;
 // One "process": a cache with its own clock, executor and loader.
 template <typename P>
 struct Pod {
-  Pod(std::shared_ptr<FakeSharedTier> tier, int* fleet_loads,
+  Pod(const std::shared_ptr<FakeSharedTier>& tier, int* fleet_loads,
       absl::Duration clock_offset = absl::ZeroDuration(), P policy = P{},
       Options options = {})
       : clock(absl::UnixEpoch() + absl::Hours(1) + clock_offset) {

@@ -242,8 +242,9 @@ TEST_F(RedisTierTest, ExactlyOneOfManyConcurrentAskersIsGranted) {
     tiers.push_back(Connect());
     ASSERT_NE(tiers.back(), nullptr);
   }
-  std::barrier start(kTiers * kThreadsPerTier);
-  std::vector<absl::StatusOr<SharedLookup>> results(kTiers * kThreadsPerTier);
+  constexpr std::ptrdiff_t kAskers = kTiers * kThreadsPerTier;
+  std::barrier start(kAskers);
+  std::vector<absl::StatusOr<SharedLookup>> results(kAskers);
   std::vector<std::thread> threads;
   for (int i = 0; i < kTiers * kThreadsPerTier; ++i) {
     threads.emplace_back([&, i] {
