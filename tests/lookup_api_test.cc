@@ -37,7 +37,6 @@ using ::paddock::testing::Gate;
 // -- The three lookup APIs, each turned into "start a lookup, get a future".
 
 struct BlockingGet {
-  static constexpr bool kBlocks = true;
   template <typename C>
   static std::future<absl::StatusOr<std::string>> Start(C& cache,
                                                         std::string key) {
@@ -47,7 +46,6 @@ struct BlockingGet {
 };
 
 struct CallbackGetAsync {
-  static constexpr bool kBlocks = false;
   template <typename C>
   static std::future<absl::StatusOr<std::string>> Start(C& cache,
                                                         std::string key) {
@@ -80,7 +78,6 @@ Detached AwaitInto(
 }
 
 struct CoroutineAwait {
-  static constexpr bool kBlocks = false;
   template <typename C>
   static std::future<absl::StatusOr<std::string>> Start(C& cache,
                                                         std::string key) {

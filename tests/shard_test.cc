@@ -105,7 +105,7 @@ TEST_F(ShardTest, ARememberedErrorThatStillAnswersIsNotEvictedFirst) {
   // Its value is past keep_until, but the error it remembers answers callers
   // until error_until: evicting it would cost a loader call.
   auto remembered = Make(1, /*keep_until=*/100, /*visited=*/true);
-  remembered->error_until = 500;
+  remembered->mutable_extras().error_until = 500;
   ASSERT_EQ(Store(std::move(remembered), 0), 0u);
   ASSERT_EQ(Store(Make(2, 1000), 0), 0u);
   ASSERT_EQ(Store(Make(3, 1000, /*visited=*/true), 0), 0u);

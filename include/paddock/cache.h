@@ -1059,14 +1059,14 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
     if (d != Decision::kLoad) {
       MarkVisited(n);
       const bool refresh = d == Decision::kServeAndRefresh &&
-                           now >= n->error_until &&
+                           now >= n->error_until() &&
                            !n->refreshing.load(std::memory_order_relaxed) &&
                            !n->refreshing.exchange(true);
       return {now < n->expires_at ? Served::kFresh : Served::kStale, n, refresh,
               n->loaded_at};
     }
   }
-  if (now < n->error_until) {
+  if (now < n->error_until()) {
     // A recent failure is remembered: no loader call until it passes.
     if (n->value.has_value() && now < n->on_error_until) {
       return {Served::kStaleFallback, n, false, n->loaded_at};
@@ -1078,7 +1078,7 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::ResultOf(const Answer& answer) {
-  if (answer.served == Answer::Served::kNegative) return answer.entry->error;
+  if (answer.served == Answer::Served::kNegative) return answer.entry->error();
   return *answer.entry->value;
 }
 
@@ -1514,8 +1514,8 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::string Cache<K, V, P, H, E>::LocalVersion(const Load& load) const {
   internal::EpochGuard guard;
   const Entry* n = ShardFor(load.hash).Find(load.hash, load.key, eq_);
-  if (n == nullptr || n->shared_version == nullptr) return std::string();
-  return *n->shared_version;
+  const std::string* version = n != nullptr ? n->shared_version() : nullptr;
+  return version != nullptr ? *version : std::string();
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1588,8 +1588,7 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
                   : NewEntry(key, load.hash, *outcome.value, finished - started,
                              finished, load.lifetime);
       if (!load.version.empty()) {
-        fresh->shared_version =
-            std::make_unique<const std::string>(load.version);
+        fresh->mutable_extras().shared_version = load.version;
       }
     } else {
       const bool has_value = current != nullptr && current->value.has_value();
@@ -1689,7 +1688,7 @@ Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
   n->keep_until = internal::AddSaturated(loaded_at, record.keep_for);
   n->on_error_until =
       internal::AddSaturated(loaded_at, record.serve_on_error_for);
-  n->shared_version = std::make_unique<const std::string>(record.version);
+  n->mutable_extras().shared_version = record.version;
   return n;
 }
 
@@ -1774,7 +1773,7 @@ std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(const K& key) const {
     MarkVisited(n);
     return *n->value;
   }
-  if (now < n->error_until && now < n->on_error_until) return *n->value;
+  if (now < n->error_until() && now < n->on_error_until) return *n->value;
   return std::nullopt;
 }
 
@@ -1807,7 +1806,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   std::unique_ptr<Entry> fresh =
       NewEntry(key, hash, std::move(value), load_duration, now, life);
   if (!version.empty()) {
-    fresh->shared_version = std::make_unique<const std::string>(version);
+    fresh->mutable_extras().shared_version = version;
   }
   size_t evicted;
   {

@@ -27,6 +27,16 @@
 
 namespace paddock::internal {
 
+// What few entries need, kept apart so that the others stay small (an entry
+// of uint64_t key and value fits a 128-byte malloc chunk).
+struct EntryExtras {
+  absl::Status error;  // Non-OK in a remembered error, while error_until.
+  int64_t error_until = std::numeric_limits<int64_t>::min();
+  // The shared tier's name for the value (`SharedRecord::version`), when it
+  // came from or went to the tier; empty otherwise.
+  std::string shared_version;
+};
+
 template <typename K, typename V>
 struct Entry {
   Entry(size_t hash, const K& key) : hash(hash), key(key) {}
@@ -37,16 +47,33 @@ struct Entry {
   int64_t quiet_until = std::numeric_limits<int64_t>::min();
   const K key;
   std::optional<V> value;  // Empty in a remembered error.
-  absl::Status error;      // Non-OK while `error_until` is ahead.
   int64_t loaded_at = 0;
   int64_t expires_at = 0;      // Fresh until then.
   int64_t keep_until = 0;      // Never served after; evicted first after.
   int64_t on_error_until = 0;  // Stands in for a failed load until then.
-  int64_t error_until = std::numeric_limits<int64_t>::min();
   int64_t load_duration = 0;
-  // The shared tier's name for this value (`SharedRecord::version`), when it
-  // came from or went to the tier; null otherwise.
-  std::unique_ptr<const std::string> shared_version;
+  std::unique_ptr<EntryExtras> extras;  // Null for most entries.
+
+  // A remembered error (OK if none) and until when it answers.
+  const absl::Status& error() const {
+    static const absl::Status* const kOk = new absl::Status();
+    return extras != nullptr ? extras->error : *kOk;
+  }
+  int64_t error_until() const {
+    return extras != nullptr ? extras->error_until
+                             : std::numeric_limits<int64_t>::min();
+  }
+  // The shared tier's version of the value, or nullptr.
+  const std::string* shared_version() const {
+    return extras != nullptr && !extras->shared_version.empty()
+               ? &extras->shared_version
+               : nullptr;
+  }
+  // The extras, made on first use; before publication only.
+  EntryExtras& mutable_extras() {
+    if (extras == nullptr) extras = std::make_unique<EntryExtras>();
+    return *extras;
+  }
 
   // Written by lookups, one-way and only when it changes.
   std::atomic<bool> visited{false};     // SIEVE's bit.
@@ -55,7 +82,7 @@ struct Entry {
   // After then the entry answers nobody: its value is past `keep_until` and
   // a remembered error past `error_until`. Eviction takes such entries
   // first.
-  int64_t evict_after() const { return std::max(keep_until, error_until); }
+  int64_t evict_after() const { return std::max(keep_until, error_until()); }
 
   // Guarded by the shard's mutex. `heap_index` shares a word with the flags
   // above, which keeps an entry of uint64_t key and value in a 128-byte
@@ -86,9 +113,8 @@ std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
     n->keep_until = current->keep_until;
     n->on_error_until = current->on_error_until;
     n->load_duration = current->load_duration;
-    if (current->shared_version != nullptr) {
-      n->shared_version =
-          std::make_unique<const std::string>(*current->shared_version);
+    if (const std::string* version = current->shared_version()) {
+      n->mutable_extras().shared_version = *version;
     }
   } else {
     n->loaded_at = finished;
@@ -96,8 +122,8 @@ std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
     n->load_duration = finished - started;
     n->keep_until = AddSaturated(finished, error_ttl);
   }
-  n->error = error;
-  n->error_until = AddSaturated(finished, error_ttl);
+  n->mutable_extras().error = error;
+  n->mutable_extras().error_until = AddSaturated(finished, error_ttl);
   return n;
 }
 
