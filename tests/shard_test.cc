@@ -40,7 +40,7 @@ struct WatchedKeyEq {
   }
 };
 
-using TestFlight = Flight<int>;
+using TestFlight = KeyedFlight<int, int>;
 using TestShard =
     Shard<int, Watched, TestFlight, absl::Hash<int>, std::equal_to<int>>;
 using Node = TestShard::Node;
@@ -139,13 +139,13 @@ TEST_F(ShardTest, DroppedFlightRegistrationsAreDestroyedAfterTheLock) {
   struct Outcome {
     Watched value{7};
   };
-  using OutcomeFlight = Flight<Outcome>;
+  using OutcomeFlight = KeyedFlight<Outcome, Watched>;
   Shard<Watched, int, OutcomeFlight, WatchedKeyHash, WatchedKeyEq> shard;
   using ShardWriter = decltype(shard)::Writer;
   // The test's own keys outlive every locked section.
   const Watched one(1), two(2);
   {
-    auto flight = std::make_shared<OutcomeFlight>(0);
+    auto flight = std::make_shared<OutcomeFlight>(one, 1, 0);
     flight->Publish(Outcome{});
     {
       ShardWriter w(shard);
@@ -155,7 +155,7 @@ TEST_F(ShardTest, DroppedFlightRegistrationsAreDestroyedAfterTheLock) {
     shard.DropFlight(w, one, 1);
   }
   {
-    auto flight = std::make_shared<OutcomeFlight>(0);
+    auto flight = std::make_shared<OutcomeFlight>(two, 2, 0);
     flight->Publish(Outcome{});
     {
       ShardWriter w(shard);
@@ -170,7 +170,7 @@ TEST_F(ShardTest, DroppedFlightRegistrationsAreDestroyedAfterTheLock) {
 
 TEST_F(ShardTest, LiveFlightIgnoresDoneAndAgedFlights) {
   TestShard::Writer w(shard_);
-  auto flight = std::make_shared<TestFlight>(/*started_at=*/100);
+  auto flight = std::make_shared<TestFlight>(5, 5, /*started_at=*/100);
   shard_.Register(w, 5, 5, flight);
   EXPECT_EQ(shard_.LiveFlight(5, 5, 150, /*max_age=*/100), flight);
   EXPECT_EQ(shard_.LiveFlight(5, 5, 200, 100), nullptr);  // Aged.

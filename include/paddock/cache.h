@@ -261,7 +261,7 @@ class Cache {
     int64_t stale_loaded_at = 0;  // When that stale value was loaded.
   };
 
-  using Flight = internal::Flight<Outcome>;
+  using Flight = internal::KeyedFlight<Outcome, K>;
   using Shard = internal::Shard<K, V, Flight, Hash, Eq>;
   using Writer = typename Shard::Writer;
 
@@ -915,7 +915,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
           if (flight == nullptr) {
             // Queued until the executor (or a blocking caller) claims it.
             flight = std::make_shared<Flight>(
-                now,
+                key, hash, now,
                 start_here ? Flight::State::kRunning : Flight::State::kQueued);
             shard.Register(w, key, hash, flight);
             lead = true;
@@ -927,7 +927,8 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
           if (flight != nullptr) {
             flight->AddRunner();
           } else {
-            flight = std::make_shared<Flight>(now, Flight::State::kRunning);
+            flight = std::make_shared<Flight>(key, hash, now,
+                                              Flight::State::kRunning);
             shard.Register(w, key, hash, flight);
           }
           lead = true;
@@ -954,7 +955,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   recorder_.Miss();
   if (!lead) recorder_.CoalescedWait();
   if constexpr (!P::kCoalesceLoads) {
-    delivery = std::make_shared<Flight>(now);
+    delivery = std::make_shared<Flight>(key, hash, now);
   }
   Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
   const absl::Duration timeout = options_.wait_timeout;
@@ -1135,7 +1136,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
           if (flight == nullptr) {
             // None in flight, or the one in flight is done or too old to
             // wait for: it keeps running but will no longer store.
-            flight = std::make_shared<Flight>(now, Flight::State::kRunning);
+            flight = std::make_shared<Flight>(key, hash, now,
+                                              Flight::State::kRunning);
             shard.Register(w, key, hash, flight);
             lead = true;
           } else if (flight->TryClaim(now)) {
@@ -1154,7 +1156,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
           if (flight != nullptr) {
             flight->AddRunner();
           } else {
-            flight = std::make_shared<Flight>(now, Flight::State::kRunning);
+            flight = std::make_shared<Flight>(key, hash, now,
+                                              Flight::State::kRunning);
             shard.Register(w, key, hash, flight);
           }
           lead = true;
@@ -1229,7 +1232,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
   if constexpr (P::kCoalesceLoads) {
     load.flight->Join();  // Before the load can complete and publish.
   } else {
-    rendezvous = load.delivery = std::make_shared<Flight>(NowNanos());
+    rendezvous = load.delivery =
+        std::make_shared<Flight>(load.key, load.hash, NowNanos());
   }
   if (std::optional<Outcome> outcome = RunLoad(load)) return Serve(*outcome);
   return Wait(rendezvous, ShardFor(load.hash), load.key, load.hash,
@@ -1721,7 +1725,8 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
       skipped = true;
     } else {
       absl::Cleanup release_slot = [&] { slots_.Release(slot); };
-      auto flight = std::make_shared<Flight>(now, Flight::State::kQueued, slot);
+      auto flight = std::make_shared<Flight>(key, hash, now,
+                                             Flight::State::kQueued, slot);
       shard.Register(w, key, hash, flight);
       std::move(release_slot).Cancel();  // The flight holds it now.
       task->Attach(std::move(flight));

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -149,6 +150,25 @@ class Flight {
   std::condition_variable cv_;
   std::optional<T> outcome_;  // Guarded by mu_ until published.
   std::vector<std::shared_ptr<AsyncWaiterBase>> async_waiters_;  // By mu_.
+};
+
+// A flight that carries its key and the key's hash, so that the shard can
+// find it by key without keeping a copy of the key of its own.
+template <typename T, typename K>
+class KeyedFlight : public Flight<T> {
+ public:
+  using State = typename Flight<T>::State;
+
+  KeyedFlight(const K& key, size_t hash, int64_t started_at,
+              State state = State::kRunning, LoadSlots::Ticket slot = 0)
+      : Flight<T>(started_at, state, slot), key_(key), hash_(hash) {}
+
+  const K& key() const { return key_; }
+  size_t hash() const { return hash_; }
+
+ private:
+  const K key_;
+  const size_t hash_;
 };
 
 }  // namespace paddock::internal

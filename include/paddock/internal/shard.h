@@ -38,15 +38,12 @@
 
 namespace paddock::internal {
 
-// A load registered in the in-flight set. The key is owned through a
-// pointer so that rehashing moves only pointers (a moved-from K would be
-// destroyed under the lock), beside its hash, computed once by the cache.
-template <typename K, typename Flight>
+// A load registered in the in-flight set: its flight, which carries the key
+// and its hash (computed once by the cache). Rehashing moves only the
+// pointer, so no key is copied or destroyed under the lock.
+template <typename Flight>
 struct Registration {
-  // Moved out only just before the element is erased.
-  mutable std::unique_ptr<const K> key;
-  size_t hash;
-  mutable std::shared_ptr<Flight> flight;  // Not part of the set's key.
+  mutable std::shared_ptr<Flight> flight;  // Moved out only to erase.
 };
 // What a lookup passes: the caller's key and its hash.
 template <typename K>
@@ -55,31 +52,42 @@ struct RegistrationKey {
   size_t hash;
 };
 
+template <typename K, typename Flight>
 struct RegistrationHash {
   using is_transparent = void;
-  template <typename R>
-  size_t operator()(const R& r) const {
-    return r.hash;
+  size_t operator()(const Registration<Flight>& r) const {
+    return r.flight->hash();
   }
+  size_t operator()(const RegistrationKey<K>& k) const { return k.hash; }
 };
 
-template <typename Eq>
+template <typename K, typename Flight, typename Eq>
 struct RegistrationEq {
   using is_transparent = void;
+  static const K& KeyOf(const Registration<Flight>& r) {
+    return r.flight->key();
+  }
+  static const K& KeyOf(const RegistrationKey<K>& k) { return *k.key; }
+  static size_t HashOf(const Registration<Flight>& r) {
+    return r.flight->hash();
+  }
+  static size_t HashOf(const RegistrationKey<K>& k) { return k.hash; }
   template <typename A, typename B>
   bool operator()(const A& a, const B& b) const {
-    return a.hash == b.hash && Eq()(*a.key, *b.key);
+    return HashOf(a) == HashOf(b) && Eq()(KeyOf(a), KeyOf(b));
   }
 };
 
 // `Hash` is not called by the shard: callers pass the hash of each key
-// (already mixed, see hash_mix.h).
+// (already mixed, see hash_mix.h). `Flight` has `key()` and `hash()`
+// (internal::KeyedFlight).
 template <typename K, typename V, typename Flight, typename Hash, typename Eq>
 class alignas(64) Shard {
  public:
   using Node = Entry<K, V>;
-  using FlightMap = absl::flat_hash_set<Registration<K, Flight>,
-                                        RegistrationHash, RegistrationEq<Eq>>;
+  using FlightMap =
+      absl::flat_hash_set<Registration<Flight>, RegistrationHash<K, Flight>,
+                          RegistrationEq<K, Flight, Eq>>;
 
   // Holds the shard's mutex for its lifetime; on destruction releases it,
   // then retires the entries unlinked and destroys the flight registrations
@@ -103,7 +111,6 @@ class alignas(64) Shard {
     Shard& shard_;
     RetireList<Node> retired_;
     // A writer drops at most one registration (and replaces at most one).
-    std::unique_ptr<const K> dropped_key_;
     std::shared_ptr<Flight> dropped_flight_;
     std::shared_ptr<Flight> replaced_flight_;
     FlightMap dropped_map_;
@@ -162,8 +169,7 @@ class alignas(64) Shard {
       w.replaced_flight_ = std::exchange(it->flight, std::move(flight));
       return;
     }
-    in_flight_.insert(Registration<K, Flight>{std::make_unique<const K>(key),
-                                              hash, std::move(flight)});
+    in_flight_.insert(Registration<Flight>{std::move(flight)});
   }
 
   // Whether `flight` is the registered load of `key`; if so and `drop`,
@@ -255,10 +261,9 @@ class alignas(64) Shard {
  private:
   void Drop(Writer& w, typename FlightMap::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    // The element's destructor then frees nothing: its key and flight are
+    // The element's destructor then frees nothing: its flight (and key) is
     // destroyed by the writer, after the lock.
-    assert(w.dropped_key_ == nullptr);
-    w.dropped_key_ = std::move(it->key);
+    assert(w.dropped_flight_ == nullptr);
     w.dropped_flight_ = std::move(it->flight);
     in_flight_.erase(it);
   }
