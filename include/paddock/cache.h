@@ -1069,7 +1069,7 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
   }
   if (now < n->error_until()) {
     // A recent failure is remembered: no loader call until it passes.
-    if (n->value.has_value() && now < n->on_error_until) {
+    if (n->value.has_value() && now < n->stale_if_error_until) {
       return {Served::kStaleFallback, n, false, n->loaded_at};
     }
     return {Served::kNegative, n, false, n->loaded_at};
@@ -1600,7 +1600,7 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
       const bool stand_in =
           has_value &&
           finished < (load.stale_until_keep ? current->keep_until
-                                            : current->on_error_until);
+                                            : current->stale_if_error_until);
       // A failed refresh never takes away the value it was refreshing.
       const bool keep_value =
           stand_in || (has_value && load.kind == LoadKind::kRefresh);
@@ -1667,7 +1667,8 @@ Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
   n->quiet_until = internal::AddSaturated(now, life.quiet_for);
   n->expires_at = internal::AddSaturated(now, life.expires_after);
   n->keep_until = internal::AddSaturated(now, life.keep_for);
-  n->on_error_until = internal::AddSaturated(now, life.serve_on_error_for);
+  n->stale_if_error_until =
+      internal::AddSaturated(now, life.serve_on_error_for);
   return n;
 }
 
@@ -1690,7 +1691,7 @@ Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
   n->quiet_until = internal::AddSaturated(loaded_at, quiet);
   n->expires_at = internal::AddSaturated(loaded_at, record.fresh_for);
   n->keep_until = internal::AddSaturated(loaded_at, record.keep_for);
-  n->on_error_until =
+  n->stale_if_error_until =
       internal::AddSaturated(loaded_at, record.serve_on_error_for);
   n->mutable_extras().shared_version = record.version;
   return n;
@@ -1778,7 +1779,7 @@ std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(const K& key) const {
     MarkVisited(n);
     return *n->value;
   }
-  if (now < n->error_until() && now < n->on_error_until) return *n->value;
+  if (now < n->error_until() && now < n->stale_if_error_until) return *n->value;
   return std::nullopt;
 }
 

@@ -48,9 +48,11 @@ struct Entry {
   const K key;
   std::optional<V> value;  // Empty in a remembered error.
   int64_t loaded_at = 0;
-  int64_t expires_at = 0;      // Fresh until then.
-  int64_t keep_until = 0;      // Never served after; evicted first after.
-  int64_t on_error_until = 0;  // Stands in for a failed load until then.
+  int64_t expires_at = 0;  // Fresh until then.
+  int64_t keep_until = 0;  // Never served after; evicted first after.
+  // Stale-if-error (RFC 5861): until then the value stands in for a failed
+  // load (`Lifetime::serve_on_error_for`, SoftTtl's `stale_if_error`).
+  int64_t stale_if_error_until = 0;
   int64_t load_duration = 0;
   std::unique_ptr<EntryExtras> extras;  // Null for most entries.
 
@@ -111,7 +113,7 @@ std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
     n->loaded_at = current->loaded_at;
     n->expires_at = current->expires_at;
     n->keep_until = current->keep_until;
-    n->on_error_until = current->on_error_until;
+    n->stale_if_error_until = current->stale_if_error_until;
     n->load_duration = current->load_duration;
     if (const std::string* version = current->shared_version()) {
       n->mutable_extras().shared_version = *version;
