@@ -10,8 +10,13 @@ if(TARGET paddock_micro)
            COMMAND paddock_micro
                    "--benchmark_filter=BM_(HotKeyHit|ReadWrite|XFetch|Memory)"
                    --benchmark_min_time=0.001)
+  # Starts its own redis-server; registers nothing without one.
+  add_test(NAME paddock_micro_shared_miss_smoke
+           COMMAND paddock_micro "--benchmark_filter=BM_SharedMiss"
+                   --benchmark_min_time=0.01)
   set_tests_properties(
     paddock_micro_cold_key_herd_coalesces paddock_micro_smoke
+    paddock_micro_shared_miss_smoke
     PROPERTIES FAIL_REGULAR_EXPRESSION "ERROR OCCURRED"
                LABELS bench
                TIMEOUT 300)
