@@ -83,8 +83,7 @@ Stats Total(const Caches& caches) {
   return total;
 }
 
-// ---- One load fleet-wide
-// -----------------------------------------------------
+// ---- One load fleet-wide ----------------------------------------------------
 
 class FleetCacheTest : public RedisFleetTest {};
 
@@ -166,8 +165,31 @@ TEST_F(FleetCacheTest, CachesWithTiersOfTheirOwnLoadAColdKeyOnce) {
   EXPECT_EQ(total.shared_errors, 0u);
 }
 
-// ---- Leases
-// --------------------------------------------------------------------
+TEST_F(FleetCacheTest, NaiveJitterCallersEachAskRedisAndOneLoadsForAll) {
+  // NaiveJitter does not coalesce in the process: every caller that misses
+  // runs a load of its own, so every one asks Redis. The lease still lets
+  // only one of them call the loader.
+  constexpr int kThreads = 8;
+  std::shared_ptr<RedisTier> tier = Connect();
+  ASSERT_NE(tier, nullptr);
+  CountingBackend backend;
+  backend.set_delay(absl::Milliseconds(200));
+  auto cache = NewCache(backend, CacheOptions(tier), NaiveJitter{});
+  const uint64_t calls_before = tier->stats().calls;
+  std::vector<absl::StatusOr<std::string>> got(kThreads);
+  RunTogether(kThreads, [&](int t) { got[t] = cache->Get("cold"); });
+  for (const absl::StatusOr<std::string>& value : got) {
+    EXPECT_EQ(value.value_or("error"), "cold#1");
+  }
+  EXPECT_EQ(backend.calls(), 1);
+  EXPECT_EQ(cache->stats().leases_acquired, 1u);
+  EXPECT_EQ(cache->stats().lease_waits, uint64_t{kThreads} - 1);
+  const uint64_t redis_calls = tier->stats().calls - calls_before;
+  EXPECT_GE(redis_calls, uint64_t{kThreads} + 1);
+  RecordProperty("redis_calls", static_cast<int>(redis_calls));
+}
+
+// ---- Leases -----------------------------------------------------------------
 
 TEST_F(FleetCacheTest, ALoadLongerThanHalfItsLeaseKeepsTheLease) {
   RedisOptions options = TierOptions();
@@ -194,8 +216,7 @@ TEST_F(FleetCacheTest, ALoadLongerThanHalfItsLeaseKeepsTheLease) {
   EXPECT_EQ(waiter->stats().shared_hits, 1u);
 }
 
-// ---- Writes: Invalidate and Put
-// -----------------------------------------------
+// ---- Writes: Invalidate and Put ---------------------------------------------
 
 TEST_F(FleetCacheTest, InvalidateDuringALoadLeavesItsResultNowhere) {
   std::shared_ptr<RedisTier> loader_tier = Connect();
@@ -282,8 +303,7 @@ TEST_F(FleetCacheTest, InvalidateAndPutReachOtherCachesLocalCopies) {
   EXPECT_EQ(backend.calls(), 1);
 }
 
-// ---- SoftTtl and errors fleet-wide
-// -------------------------------------------
+// ---- SoftTtl and errors fleet-wide ------------------------------------------
 
 TEST_F(FleetCacheTest, PastTtlEveryPodServesStaleAtOnceWhileOnePodRefreshes) {
   constexpr int kPods = 3;
@@ -358,8 +378,7 @@ TEST_F(FleetCacheTest, ALoadErrorIsRememberedFleetWideForErrorTtl) {
   EXPECT_LE(pttl, 30'000);
 }
 
-// ---- Bad data in Redis
-// ----------------------------------------------------------
+// ---- Bad data in Redis ------------------------------------------------------
 
 TEST_F(FleetCacheTest, SomethingUnreadableAtTheRecordKeyIsAMissAndReplaced) {
   std::shared_ptr<RedisTier> tier = Connect();
@@ -471,8 +490,7 @@ TEST_F(FleetCacheTest, DISABLED_ARecordOverThisPodsMaxValueBytesIsAMiss) {
   EXPECT_EQ(backend.calls(), 2);
 }
 
-// ---- Clocks
-// ------------------------------------------------------------------
+// ---- Clocks -----------------------------------------------------------------
 
 // The system clock moved by `offset`: a pod whose clock is wrong.
 class OffsetClock final : public Clock {
