@@ -216,6 +216,74 @@ TEST_F(FleetCacheTest, ALoadLongerThanHalfItsLeaseKeepsTheLease) {
   EXPECT_EQ(waiter->stats().shared_hits, 1u);
 }
 
+TEST_F(FleetCacheTest, AWaiterPastWaitTimeoutGetsTheValueItStillKeeps) {
+  // SingleFlight keeps an expired value for one more ttl, for callers whose
+  // wait times out; a wait for another pod's lease is such a wait.
+  constexpr absl::Duration kTtl = absl::Seconds(1);
+  std::shared_ptr<RedisTier> holder_tier = Connect();
+  std::shared_ptr<RedisTier> waiter_tier = Connect();
+  ASSERT_NE(holder_tier, nullptr);
+  ASSERT_NE(waiter_tier, nullptr);
+  CountingBackend backend;
+  Options holder_options = CacheOptions(holder_tier);
+  holder_options.ttl = kTtl;
+  Options waiter_options = CacheOptions(waiter_tier);
+  waiter_options.ttl = kTtl;
+  waiter_options.wait_timeout = absl::Milliseconds(200);
+  auto holder = NewCache(backend, holder_options);
+  auto waiter = NewCache(backend, waiter_options);
+  ASSERT_EQ(holder->Get("k").value_or("error"), "k#1");
+  ASSERT_EQ(waiter->Get("k").value_or("error"), "k#1");
+
+  absl::SleepFor(kTtl + absl::Milliseconds(100));  // Expired, still kept.
+  backend.Close();
+  absl::StatusOr<std::string> held;
+  std::thread loading([&] { held = holder->Get("k"); });
+  ASSERT_TRUE(backend.WaitForCalls(2));
+  EXPECT_EQ(waiter->Get("k").value_or("error"), "k#1");
+  backend.Open();
+  loading.join();
+  EXPECT_EQ(held.value_or("error"), "k#2");
+  EXPECT_EQ(waiter->stats().lease_waits, 1u);
+  EXPECT_EQ(waiter->stats().stale_fallbacks, 1u);
+  EXPECT_EQ(backend.calls(), 2);
+}
+
+TEST_F(FleetCacheTest, AHolderThatOutlivesItsLeaseCostsASecondLoadNotAFill) {
+  // Not a correctness lock: a load that runs past its lease (here past
+  // max_load_age, which bounds how long a holder keeps extending it) lets
+  // another pod load; the late result goes to its own callers only.
+  RedisOptions tier_options = TierOptions();
+  tier_options.lease_for = absl::Milliseconds(400);
+  std::shared_ptr<RedisTier> first_tier = Connect(tier_options);
+  std::shared_ptr<RedisTier> second_tier = Connect(tier_options);
+  ASSERT_NE(first_tier, nullptr);
+  ASSERT_NE(second_tier, nullptr);
+  CountingBackend slow;
+  CountingBackend fast;
+  fast.set_value("second load");
+  Options first_options = CacheOptions(first_tier);
+  first_options.max_load_age = absl::Seconds(1);
+  auto first = NewCache(slow, first_options);
+  auto second = NewCache(fast, CacheOptions(second_tier));
+
+  slow.Close();
+  absl::StatusOr<std::string> late;
+  std::thread loading([&] { late = first->Get("k"); });
+  ASSERT_TRUE(slow.WaitForCalls(1));
+  EXPECT_EQ(second->Get("k").value_or("error"), "second load");
+  EXPECT_EQ(second->stats().lease_waits, 1u);
+  EXPECT_EQ(second->stats().leases_acquired, 1u);
+  slow.Open();
+  loading.join();
+
+  EXPECT_EQ(late.value_or("error"), "k#1");
+  EXPECT_EQ(Redis({"HGET", RecordKey("k"), "value"}), "second load");
+  EXPECT_EQ(first->GetIfPresent("k"), std::nullopt);
+  EXPECT_EQ(first->Get("k").value_or("error"), "second load");
+  EXPECT_EQ(slow.calls() + fast.calls(), 2);
+}
+
 // DISABLED: a caller that gives up waiting for another pod's lease gets
 // DeadlineExceeded as a caller waiting for a load in its own pod does, but
 // `Stats::wait_timeouts` ("waits that reached Options::wait_timeout") and
@@ -361,6 +429,20 @@ TEST_F(FleetCacheTest, PastTtlEveryPodServesStaleAtOnceWhileOnePodRefreshes) {
   EXPECT_EQ(backend.calls(), 2);
   for (auto& pod : pods) {
     EXPECT_EQ(pod->Get("k").value_or("error"), "k#1");
+  }
+  // A pod that starts now, with no copy of its own, is served Redis's stale
+  // value at once instead of waiting for the refresh.
+  {
+    std::shared_ptr<RedisTier> tier = Connect();
+    ASSERT_NE(tier, nullptr);
+    Options options = CacheOptions(tier);
+    options.ttl = kTtl;
+    auto late =
+        NewCache(backend, options, SoftTtl{.stale_for = absl::Seconds(30)});
+    EXPECT_EQ(late->Get("k").value_or("error"), "k#1");
+    EXPECT_EQ(late->stats().lease_waits, 1u);
+    EXPECT_EQ(late->stats().shared_hits, 1u);
+    EXPECT_EQ(late->stats().loads, 0u);
   }
   backend.Open();
 
