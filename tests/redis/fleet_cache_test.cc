@@ -54,7 +54,8 @@ using ::testing::HasSubstr;
 // Slack allowed on top of a bound on waiting.
 constexpr absl::Duration kSlack = absl::Seconds(2);
 
-// Runs `threads` threads that each call `get()` once, all released at once.
+// Runs `threads` threads that each call `get(t)` once (`t` its index), all
+// released at once.
 template <typename Get>
 void RunTogether(int threads, Get get) {
   std::latch start(threads);
@@ -769,12 +770,19 @@ class FleetProcessTest : public RedisFleetTest {
 
   void Go() { std::ofstream(go_file_) << "go\n"; }
 
-  // Reads pod `i`'s lines until its "done" line.
+  // Reads pod `i`'s lines until it exits. Anything it prints after its
+  // "done" line (a sanitizer's report at exit, say) is an error.
   absl::StatusOr<PodReport> Report(size_t i) {
     PodReport report;
+    bool done = false;
     for (;;) {
       absl::StatusOr<std::string> line = pods_[i]->ReadLine(absl::Seconds(60));
+      if (done && absl::IsOutOfRange(line.status())) return report;
       if (!line.ok()) return line.status();
+      if (done) {
+        report.errors.push_back(*line);
+        continue;
+      }
       const std::vector<std::string> words = absl::StrSplit(*line, ' ');
       if (words[0] == "loaded" && words.size() == 3) {
         report.loads.emplace_back(std::stoll(words[1]), std::stoll(words[2]));
@@ -786,7 +794,7 @@ class FleetProcessTest : public RedisFleetTest {
             report.done[field[0]] = n;
           }
         }
-        return report;
+        done = true;
       } else if (words[0] != "loading") {
         report.errors.push_back(*line);
       }
