@@ -193,14 +193,15 @@ TEST_F(FleetCacheTest, NaiveJitterCallersEachAskRedisAndOneLoadsForAll) {
 // ---- Leases -----------------------------------------------------------------
 
 TEST_F(FleetCacheTest, ALoadLongerThanHalfItsLeaseKeepsTheLease) {
+  // Extended every 500 ms: a busy machine may delay an extension a little.
   RedisOptions options = TierOptions();
-  options.lease_for = absl::Milliseconds(400);
+  options.lease_for = absl::Seconds(1);
   std::shared_ptr<RedisTier> holder_tier = Connect(options);
   std::shared_ptr<RedisTier> waiter_tier = Connect(options);
   ASSERT_NE(holder_tier, nullptr);
   ASSERT_NE(waiter_tier, nullptr);
   CountingBackend backend;
-  backend.set_delay(absl::Milliseconds(1500));  // Almost four lease periods.
+  backend.set_delay(absl::Milliseconds(2500));  // Two and a half periods.
   auto holder = NewCache(backend, CacheOptions(holder_tier));
   auto waiter = NewCache(backend, CacheOptions(waiter_tier));
 
@@ -704,13 +705,14 @@ TEST_F(FleetCacheTest, PodsWhoseClocksDifferBy30sLoadAsOftenAsPodsThatAgree) {
     // Every pod served the values as they came: a pod that judged
     // freshness by its own clock against another's would keep one value
     // for 30 s, or reload on every Get.
+    // (A pod whose threads both stall through a value's life misses it.)
     for (size_t distinct : r->distinct_per_pod) {
-      EXPECT_GE(distinct + 1, r->loads.size());
+      EXPECT_GE(distinct, std::max<size_t>(2, r->loads.size() - 2));
     }
   }
   const int64_t a = static_cast<int64_t>(agreeing.loads.size());
   const int64_t s = static_cast<int64_t>(skewed.loads.size());
-  EXPECT_LE(std::abs(a - s), std::max<int64_t>(1, a / 3))
+  EXPECT_LE(std::abs(a - s), std::max<int64_t>(2, a / 3))
       << "agreeing clocks: " << a << " loads; skewed: " << s;
   RecordProperty("loads_clocks_agree", static_cast<int>(a));
   RecordProperty("loads_clocks_skewed", static_cast<int>(s));
