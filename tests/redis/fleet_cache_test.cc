@@ -273,8 +273,9 @@ TEST_F(FleetCacheTest, AHolderThatOutlivesItsLeaseCostsASecondLoadNotAFill) {
   absl::StatusOr<std::string> late;
   std::thread loading([&] { late = first->Get("k"); });
   ASSERT_TRUE(slow.WaitForCalls(1));
+  // It waits for the lease to lapse (or finds it lapsed already, if the
+  // machine is slow enough), then loads.
   EXPECT_EQ(second->Get("k").value_or("error"), "second load");
-  EXPECT_EQ(second->stats().lease_waits, 1u);
   EXPECT_EQ(second->stats().leases_acquired, 1u);
   slow.Open();
   loading.join();
