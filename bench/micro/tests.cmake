@@ -15,4 +15,16 @@ if(TARGET paddock_micro)
     PROPERTIES FAIL_REGULAR_EXPRESSION "ERROR OCCURRED"
                LABELS bench
                TIMEOUT 300)
+  # BM_SharedMiss, built with paddock::redis: starts its own redis-server,
+  # and registers nothing without one.
+  if(TARGET paddock::redis)
+    add_test(NAME paddock_micro_shared_miss_smoke
+             COMMAND paddock_micro "--benchmark_filter=BM_SharedMiss"
+                     --benchmark_min_time=0.01)
+    set_tests_properties(
+      paddock_micro_shared_miss_smoke
+      PROPERTIES FAIL_REGULAR_EXPRESSION "ERROR OCCURRED"
+                 LABELS "bench;redis"
+                 TIMEOUT 300)
+  endif()
 endif()
