@@ -1398,6 +1398,9 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
       std::optional<absl::StatusOr<V>> value;
       if (!record.value.ok()) {
         value.emplace(record.value.status());  // An error the fleet keeps.
+      } else if (record.value->size() > tier_->max_value_bytes()) {
+        // Larger than this process may store (written by a process with a
+        // larger limit): a miss, like an undecodable record.
       } else if (absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
                  decoded.ok()) {
         value.emplace(*std::move(decoded));
@@ -1428,6 +1431,7 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
     // holder that died lets the lease lapse, and this one may get it).
     const auto steady_now = std::chrono::steady_clock::now();
     if (steady_now >= deadline) {
+      if (load.caller_waits) recorder_.WaitTimeout();
       load.stale_until_keep = load.caller_waits;
       return Complete(
           load,

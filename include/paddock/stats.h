@@ -33,7 +33,8 @@ struct Stats {
   uint64_t coalesced_waits = 0;
   // Background refreshes started.
   uint64_t refreshes = 0;
-  // Waits that reached `Options::wait_timeout`.
+  // Waits that reached `Options::wait_timeout`: for a load another caller of
+  // this cache runs or, with a shared tier, for another process's fill.
   uint64_t wait_timeouts = 0;
   // Entries removed to stay within `Options::max_entries`.
   uint64_t evictions = 0;
