@@ -124,7 +124,7 @@ TEST_F(AsyncTest, AStaleValueIsServedInlineWhileARefreshIsQueued) {
   ASSERT_EQ(*cache.Get("k"), "k#1");
   clock_.Advance(absl::Seconds(11));
   std::optional<absl::StatusOr<std::string>> got;
-  cache.GetAsync("k", [&](absl::StatusOr<std::string> v) { got = v; });
+  cache.GetAsync("k", [&](const absl::StatusOr<std::string>& v) { got = v; });
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(**got, "k#1");
   EXPECT_EQ(executor_.RunAll(), 1u);
@@ -214,7 +214,7 @@ TEST_F(AsyncTest, DestroyingTheCacheCancelsEveryPendingWaiterOnce) {
 TEST_F(AsyncTest, ACallbackThatThrowsDoesNotHurtTheOthers) {
   StringCache cache(Loader(), options_);
   Results results;
-  cache.GetAsync("k", [](absl::StatusOr<std::string>) {
+  cache.GetAsync("k", [](const absl::StatusOr<std::string>&) {
     throw std::runtime_error("callback failed");
   });
   cache.GetAsync("k", results.Callback());

@@ -272,7 +272,7 @@ void Run(const uint8_t* data, size_t size) {
         cache->Invalidate(key);
         break;
       case 6:
-        trace.push_back("InvalidateAll()");
+        trace.emplace_back("InvalidateAll()");
         model.InvalidateAll();
         cache->InvalidateAll();
         break;

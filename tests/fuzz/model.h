@@ -221,7 +221,7 @@ class CacheModel {
     return std::nullopt;
   }
 
-  void Put(const std::string& key, std::string value) {
+  void Put(const std::string& key, const std::string& value) {
     in_flight_.erase(key);  // Its result must not overwrite this value.
     last_write_[key] = ++writes_;
     Entry* current = Find(key);

@@ -242,7 +242,7 @@ TEST_F(RedisTierTest, ExactlyOneOfManyConcurrentAskersIsGranted) {
     tiers.push_back(Connect());
     ASSERT_NE(tiers.back(), nullptr);
   }
-  constexpr std::ptrdiff_t kAskers = kTiers * kThreadsPerTier;
+  constexpr std::ptrdiff_t kAskers = std::ptrdiff_t{kTiers} * kThreadsPerTier;
   std::barrier start(kAskers);
   std::vector<absl::StatusOr<SharedLookup>> results(kAskers);
   std::vector<std::thread> threads;
