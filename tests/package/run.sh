@@ -15,7 +15,8 @@
 #                     it (and the policy contract, as above).
 # When paddock is built with paddock::redis (hiredis found), the consumer also
 # builds and runs redis_main.cpp against it, and in find_package mode
-# paddock-redis.pc must build it too.
+# paddock-redis.pc must build it too; likewise asio_main.cpp with
+# paddock::asio (asio found) and paddock-asio.pc.
 # WORK_DIR is wiped first. CXX picks the compiler (default: cmake's choice, and
 # g++ for the pkg-config check); CMAKE_COMMAND picks cmake.
 set -euo pipefail
@@ -65,6 +66,16 @@ run_redis_consumer() {
   fi
 }
 
+# The paddock::asio consumer exists when paddock was built with it.
+run_asio_consumer() {
+  if [[ -x "$work_dir/consumer-build/asio_consumer" ]]; then
+    step "run the asio consumer"
+    "$work_dir/consumer-build/asio_consumer"
+  else
+    step "no paddock::asio in this build: asio consumer skipped"
+  fi
+}
+
 # Runs the policy contract over the consumer's own policy, if the consumer
 # found GTest and built it.
 run_contract_consumer() {
@@ -105,6 +116,7 @@ case "$mode" in
     step "run the consumer"
     "$work_dir/consumer-build/consumer"
     run_redis_consumer
+    run_asio_consumer
     run_contract_consumer
 
     step "pkg-config"
@@ -137,6 +149,18 @@ case "$mode" in
       step "run the pkg-config redis consumer"
       "$work_dir/redis-consumer-pkg-config"
     fi
+
+    asio_pc=$(find "$prefix" -name paddock-asio.pc -print -quit)
+    if [[ -n "$asio_pc" ]]; then
+      pkg-config --exists --print-errors paddock-asio
+      read -r -a asio_pc_flags <<<"$(pkg-config --cflags --libs paddock-asio)"
+      printf 'flags: %s\n' "${asio_pc_flags[*]}"
+      step "compile asio_main.cpp with $cxx and the paddock-asio flags"
+      "$cxx" "$consumer_dir/asio_main.cpp" \
+        -o "$work_dir/asio-consumer-pkg-config" "${asio_pc_flags[@]}"
+      step "run the pkg-config asio consumer"
+      "$work_dir/asio-consumer-pkg-config"
+    fi
     ;;
 
   add_subdirectory)
@@ -149,6 +173,7 @@ case "$mode" in
     step "run the consumer"
     "$work_dir/consumer-build/consumer"
     run_redis_consumer
+    run_asio_consumer
     run_contract_consumer
     ;;
 esac

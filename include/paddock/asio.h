@@ -1,0 +1,215 @@
+// File: paddock/asio.h
+// -----------------------------------------------------------------------------
+// `paddock::AsyncGet(cache, key, token)`: a cache lookup as an asio
+// asynchronous operation, for standalone asio (1.19 or newer, `<asio.hpp>`,
+// namespace `asio`). Target `paddock::asio`, header-only; the core target
+// `paddock::paddock` does not need asio.
+//
+//   asio::awaitable<void> Serve(PageCache& cache, std::string key) {
+//     absl::StatusOr<Page> page =
+//         co_await paddock::AsyncGet(cache, key, asio::use_awaitable);
+//     ...
+//   }
+//
+// asio's `awaitable` accepts only asio's own awaitables in `co_await`, so
+// `Cache::Await` cannot be used there; `AsyncGet` is its counterpart, and
+// works with any completion token. docs/async.md describes the model.
+
+#ifndef PADDOCK_ASIO_H_
+#define PADDOCK_ASIO_H_
+
+#include <asio/associated_allocator.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+#include <asio/version.hpp>
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "paddock/cache.h"
+#include "paddock/policy.h"
+
+#if ASIO_VERSION < 101900
+#error "paddock/asio.h needs standalone asio 1.19 or newer (cancellation slots)"
+#endif
+
+namespace paddock {
+
+// paddock::AsyncGet()
+//
+// Looks `key` up as `cache.GetAsync` does and completes `token` with the
+// result: an asio asynchronous operation whose completion signature is
+// `void(absl::StatusOr<V>)`, the cache's own result, so that a loader's
+// error keeps its code and message and a value needs no default:
+//  - `asio::use_awaitable`: `co_await` yields the `absl::StatusOr<V>` (an
+//    error is a value, never an exception);
+//  - `asio::use_future`: a `std::future<absl::StatusOr<V>>`;
+//  - a callable taking `absl::StatusOr<V>`, or any other token for that
+//    signature (`asio::bind_executor`, `asio::bind_cancellation_slot`, ...).
+// The result is what `Get` would return: coalescing (one load per key
+// whatever the number of waiters), policies, stale values, `wait_timeout`,
+// errors; `absl::CancelledError` if the cache is destroyed first.
+//
+// Where it completes: always on the handler's associated executor, as if by
+// `asio::post`: never inside `AsyncGet` (a hit is posted too), never on a
+// thread of the cache (its executor, its timer thread, its destructor, an
+// asynchronous loader's completion). A handler without an associated
+// executor runs on `asio::system_executor`, as `asio::post(token)` would;
+// bind one with `asio::bind_executor`. Until it completes the operation
+// counts as outstanding work of that executor, so `io_context::run` does not
+// return while a waiter is pending.
+//
+// Cancellation: a signal of any type on the handler's associated
+// cancellation slot completes the handler at once (posted) with
+// `absl::CancelledError`. Only this waiter leaves: the load belongs to the
+// key, not to a waiter, so it carries on for the other waiters and stores
+// its result, as it would had this waiter stayed (this may also be the
+// waiter that started it). As for every asio operation, emit the signal
+// from the handler's executor (or strand).
+//
+// Lifetimes: `key` is copied; the cache must be alive when the operation
+// starts (for `use_awaitable`, at the `co_await`). A handler's executor must
+// stay usable until the handler has run, and the cache completes what still
+// waits when it is destroyed: destroy the cache before the execution context
+// its waiters use (declare the `io_context` first), or destroy that context
+// only once its `run()` has returned, which it does not while a waiter is
+// pending. If starting the lookup throws (`Hash`, `Eq` or a copy of K or V),
+// the handler completes with `absl::InternalError` carrying the exception's
+// `what()`.
+//
+// Thread-safe as `GetAsync` is. Costs one allocation for the operation's
+// state plus the post, on a hit too; `Cache::GetAsync` or `Cache::Await`
+// answer a hit inline without either.
+template <typename K, typename V, RefreshPolicy P, typename H, typename E,
+          ASIO_COMPLETION_TOKEN_FOR(void(absl::StatusOr<V>)) CompletionToken>
+auto AsyncGet(Cache<K, V, P, H, E>& cache, const std::type_identity_t<K>& key,
+              CompletionToken&& token);
+
+// ---------------------------------------------------------------------------
+// Implementation.
+
+namespace asio_internal {
+
+// One AsyncGet in progress: its handler, and the work it holds on the
+// handler's executor. Shared by the cache's callback and the cancellation
+// slot; whichever calls `Complete` first posts the handler, exactly once,
+// and the later one does nothing.
+template <typename V, typename Handler>
+class AsyncGetOp {
+ public:
+  using Executor = asio::associated_executor_t<Handler>;
+
+  explicit AsyncGetOp(Handler handler)
+      : handler_(std::move(handler)),
+        work_(asio::get_associated_executor(handler_)) {}
+
+  AsyncGetOp(const AsyncGetOp&) = delete;
+  AsyncGetOp& operator=(const AsyncGetOp&) = delete;
+
+  // Routes a signal of the handler's cancellation slot, if it has one, to
+  // `Complete`. Call before the op is shared: the slot is the handler's
+  // executor's business, and this is still its initiation.
+  static void ConnectCancellation(const std::shared_ptr<AsyncGetOp>& op) {
+    auto slot = asio::get_associated_cancellation_slot(op->handler_);
+    if (slot.is_connected()) slot.template emplace<OnCancel>(op);
+  }
+
+  // Posts the handler with `result` unless it was completed already.
+  // Thread-safe; from any thread.
+  void Complete(absl::StatusOr<V> result) {
+    if (completed_.exchange(true, std::memory_order_acq_rel)) return;
+    asio::post(work_.get_executor(),
+               Upcall{std::move(handler_), work_, std::move(result)});
+    // Only now, with this thread out of the post: until then the executor's
+    // context cannot run out of work, so its owner cannot see `run()`
+    // return and destroy it while the post still signals it.
+    work_.reset();
+  }
+
+ private:
+  // What the cancellation slot holds. It shares the op: a slot may be
+  // signalled again after the cache's callback has released it.
+  class OnCancel {
+   public:
+    explicit OnCancel(std::shared_ptr<AsyncGetOp> op) : op_(std::move(op)) {}
+    void operator()(asio::cancellation_type_t type) const {
+      if (type != asio::cancellation_type::none) {
+        op_->Complete(absl::CancelledError("paddock::AsyncGet: cancelled"));
+      }
+    }
+
+   private:
+    std::shared_ptr<AsyncGetOp> op_;
+  };
+
+  // The posted call of the handler, on its executor, with the handler's
+  // allocator for the post's memory.
+  struct Upcall {
+    using allocator_type = asio::associated_allocator_t<Handler>;
+    allocator_type get_allocator() const noexcept {
+      return asio::get_associated_allocator(handler);
+    }
+
+    void operator()() {
+      // The slot's handler (which shares the op) goes before the upcall, as
+      // asio requires; on this executor, so never during a signal.
+      auto slot = asio::get_associated_cancellation_slot(handler);
+      if (slot.is_connected()) slot.clear();
+      std::move(handler)(std::move(result));
+    }
+
+    Handler handler;
+    asio::executor_work_guard<Executor> work;  // Until the upcall is done.
+    absl::StatusOr<V> result;
+  };
+
+  Handler handler_;
+  asio::executor_work_guard<Executor> work_;
+  std::atomic<bool> completed_{false};
+};
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+struct InitiateAsyncGet {
+  Cache<K, V, P, H, E>* cache;
+
+  template <typename Handler>
+  void operator()(Handler&& handler, const K& key) const {
+    using Op = AsyncGetOp<V, std::decay_t<Handler>>;
+    auto op = std::make_shared<Op>(std::forward<Handler>(handler));
+    Op::ConnectCancellation(op);
+    try {
+      cache->GetAsync(key, [op](absl::StatusOr<V> result) {
+        op->Complete(std::move(result));
+      });
+    } catch (const std::exception& e) {
+      op->Complete(absl::InternalError(absl::StrCat(
+          "paddock::AsyncGet: starting the lookup threw: ", e.what())));
+    } catch (...) {
+      op->Complete(
+          absl::InternalError("paddock::AsyncGet: starting the lookup threw"));
+    }
+  }
+};
+
+}  // namespace asio_internal
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E,
+          ASIO_COMPLETION_TOKEN_FOR(void(absl::StatusOr<V>)) CompletionToken>
+auto AsyncGet(Cache<K, V, P, H, E>& cache, const std::type_identity_t<K>& key,
+              CompletionToken&& token) {
+  return asio::async_initiate<CompletionToken, void(absl::StatusOr<V>)>(
+      asio_internal::InitiateAsyncGet<K, V, P, H, E>{&cache}, token, key);
+}
+
+}  // namespace paddock
+
+#endif  // PADDOCK_ASIO_H_

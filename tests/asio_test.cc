@@ -1,0 +1,414 @@
+// paddock::AsyncGet (paddock/asio.h): a lookup as an asio operation, with
+// every completion token; where it completes (the handler's executor, never
+// a thread of the cache, never inline); cancellation of one waiter, which
+// leaves the load to the others; and the cache's destruction.
+
+#include "paddock/asio.h"
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "paddock/cache.h"
+#include "paddock/executor.h"
+#include "paddock/options.h"
+#include "paddock/policy.h"
+#include "paddock/testing/sync.h"
+
+namespace paddock {
+namespace {
+
+using ::paddock::testing::Gate;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+using StringCache = Cache<std::string, std::string, SingleFlight>;
+using Result = absl::StatusOr<std::string>;
+
+// What one waiter got, and how many times it was completed.
+struct Outcome {
+  std::optional<Result> result;
+  int completions = 0;
+};
+
+asio::awaitable<void> GetInto(StringCache& cache, std::string key,
+                              Outcome* out) {
+  Result result = co_await AsyncGet(cache, key, asio::use_awaitable);
+  out->result = std::move(result);
+  ++out->completions;
+}
+
+class AsioTest : public ::testing::Test {
+ protected:
+  // Loads count themselves and return "<key>#<n>"; they wait for `release_`
+  // when `gated_` is set.
+  StringCache::Loader Loader() {
+    return [this](const std::string& k) -> Result {
+      loader_thread_.store(std::this_thread::get_id());
+      if (gated_) release_.Wait();
+      return absl::StrCat(k, "#", ++loads_);
+    };
+  }
+
+  ManualExecutor executor_;  // Outlives every cache of a test.
+  // A minute's wait: 10,000 waiters under a sanitizer take a while to start.
+  Options options_{.ttl = absl::Seconds(60),
+                   .wait_timeout = absl::Minutes(1),
+                   .executor = &executor_};
+  std::atomic<int> loads_{0};
+  std::atomic<std::thread::id> loader_thread_{};
+  bool gated_ = false;
+  Gate release_;
+};
+
+TEST_F(AsioTest, CancellingOneOfThreeWaitersLeavesTheLoadToTheOtherTwo) {
+  // Each waiter in turn is the one cancelled; waiter 0 started the load.
+  for (int cancelled = 0; cancelled < 3; ++cancelled) {
+    SCOPED_TRACE(absl::StrCat("cancelled waiter ", cancelled));
+    loads_ = 0;
+    StringCache cache(Loader(), options_);
+    asio::io_context io;
+    Outcome outcomes[3];
+    asio::cancellation_signal signals[3];
+    for (int i = 0; i < 3; ++i) {
+      asio::co_spawn(
+          io, GetInto(cache, "k", &outcomes[i]),
+          asio::bind_cancellation_slot(signals[i].slot(), asio::detached));
+    }
+    io.poll();  // All three wait; the load is queued.
+    ASSERT_EQ(executor_.pending(), 1u);
+
+    // Emitted on the io_context's thread (this one), as asio requires.
+    signals[cancelled].emit(asio::cancellation_type::terminal);
+    io.poll();
+    // Completed at once, before the load ran.
+    ASSERT_EQ(outcomes[cancelled].completions, 1);
+    EXPECT_EQ(outcomes[cancelled].result->status().code(),
+              absl::StatusCode::kCancelled);
+    EXPECT_EQ(loads_, 0);
+
+    EXPECT_EQ(executor_.RunAll(), 1u);  // The load still runs, once.
+    io.poll();
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(outcomes[i].completions, 1) << "waiter " << i;
+      if (i != cancelled) {
+        EXPECT_EQ(**outcomes[i].result, "k#1");
+      }
+    }
+    EXPECT_EQ(loads_, 1);
+    EXPECT_EQ(cache.GetIfPresent("k"), "k#1");  // And stored its result.
+  }
+}
+
+TEST_F(AsioTest, TenThousandCoroutinesOnOneThreadShareOneLoad) {
+  constexpr int kWaiters = 10000;
+  options_.executor = nullptr;  // The cache's own pool: real threads.
+  gated_ = true;
+  StringCache cache(Loader(), options_);
+  asio::io_context io(1);
+  std::vector<Outcome> outcomes(kWaiters);
+  int started = 0;
+  auto wait = [&](Outcome* out) -> asio::awaitable<void> {
+    // Once the last coroutine has asked (its lookup starts before this
+    // handler returns, the posted one runs after), the load may finish:
+    // every coroutine waits for it, none finds the value stored.
+    if (++started == kWaiters) asio::post(io, [this] { release_.Open(); });
+    co_await GetInto(cache, "cold", out);
+  };
+  for (Outcome& outcome : outcomes) {
+    asio::co_spawn(io, wait(&outcome), asio::detached);
+  }
+  const std::thread::id io_thread = std::this_thread::get_id();
+  io.run();  // Returns once every waiter has its value.
+
+  EXPECT_EQ(loads_, 1);
+  EXPECT_NE(loader_thread_.load(), io_thread);
+  for (const Outcome& outcome : outcomes) {
+    ASSERT_EQ(outcome.completions, 1);
+    EXPECT_EQ(**outcome.result, "cold#1");
+  }
+  const Stats stats = cache.stats();
+  EXPECT_EQ(stats.misses, static_cast<uint64_t>(kWaiters));
+  EXPECT_EQ(stats.coalesced_waits, static_cast<uint64_t>(kWaiters - 1));
+}
+
+TEST_F(AsioTest, UseFutureGetsTheValue) {
+  options_.executor = nullptr;
+  StringCache cache(Loader(), options_);
+  std::future<Result> cold = AsyncGet(cache, "k", asio::use_future);
+  EXPECT_EQ(*cold.get(), "k#1");
+  std::future<Result> hot = AsyncGet(cache, "k", asio::use_future);
+  EXPECT_EQ(*hot.get(), "k#1");
+  EXPECT_EQ(loads_, 1);
+}
+
+TEST_F(AsioTest, APlainCallbackGetsTheValueOnTheSystemExecutor) {
+  options_.executor = nullptr;
+  StringCache cache(Loader(), options_);
+  std::promise<Result> got;
+  AsyncGet(cache, "k", [&got](Result v) { got.set_value(std::move(v)); });
+  EXPECT_EQ(*got.get_future().get(), "k#1");
+}
+
+TEST_F(AsioTest, AHitIsPostedNotCalledInline) {
+  StringCache cache(Loader(), options_);
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  asio::io_context io;
+  Outcome outcome;
+  AsyncGet(cache, "k", asio::bind_executor(io, [&outcome](Result v) {
+             outcome.result = std::move(v);
+             ++outcome.completions;
+           }));
+  EXPECT_EQ(outcome.completions, 0);  // Not inside AsyncGet.
+  EXPECT_EQ(io.poll(), 1u);
+  ASSERT_EQ(outcome.completions, 1);
+  EXPECT_EQ(**outcome.result, "k#1");
+}
+
+TEST_F(AsioTest, CompletesOnTheHandlersStrandNotOnTheLoadersThread) {
+  options_.executor = nullptr;
+  gated_ = true;
+  StringCache cache(Loader(), options_);
+  asio::io_context io(2);
+  auto strand = asio::make_strand(io);
+  std::atomic<int> on_strand{0};
+  std::atomic<int> on_loader_thread{0};
+  std::atomic<int> done{0};
+  auto check = [&] {
+    if (strand.running_in_this_thread()) ++on_strand;
+    if (std::this_thread::get_id() == loader_thread_.load()) {
+      ++on_loader_thread;
+    }
+    ++done;
+  };
+  constexpr int kCoroutines = 50;
+  for (int i = 0; i < kCoroutines; ++i) {
+    asio::co_spawn(
+        strand,
+        [&]() -> asio::awaitable<void> {
+          Result v = co_await AsyncGet(cache, "k", asio::use_awaitable);
+          EXPECT_EQ(*v, "k#1");
+          check();
+        },
+        asio::detached);
+  }
+  constexpr int kCallbacks = 50;
+  for (int i = 0; i < kCallbacks; ++i) {
+    AsyncGet(cache, "k", asio::bind_executor(strand, [&](Result v) {
+               EXPECT_EQ(*v, "k#1");
+               check();
+             }));
+  }
+  std::thread second([&io] { io.run(); });
+  release_.Open();
+  io.run();  // Returns when every waiter is done (they hold work).
+  second.join();
+  EXPECT_EQ(done, kCoroutines + kCallbacks);
+  EXPECT_EQ(on_strand, kCoroutines + kCallbacks);
+  EXPECT_EQ(on_loader_thread, 0);
+  EXPECT_EQ(loads_, 1);
+}
+
+TEST_F(AsioTest, APendingWaiterKeepsTheIoContextRunning) {
+  options_.executor = nullptr;
+  gated_ = true;
+  StringCache cache(Loader(), options_);
+  asio::io_context io;
+  std::atomic<bool> called{false};
+  std::atomic<bool> run_returned_first{false};
+  AsyncGet(cache, "k", asio::bind_executor(io, [&called](Result v) {
+             EXPECT_EQ(*v, "k#1");
+             called = true;
+           }));
+  std::promise<void> running;
+  asio::post(io, [&running] { running.set_value(); });
+  std::thread runner([&] {
+    io.run();  // Without the waiter's work it would return at once.
+    if (!called) run_returned_first = true;
+  });
+  running.get_future().wait();
+  // Gives a broken adapter the time to let run() return; a correct one
+  // passes whatever the timing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release_.Open();
+  runner.join();
+  EXPECT_FALSE(run_returned_first);
+  EXPECT_TRUE(called);
+}
+
+TEST_F(AsioTest, AWaitTimeoutCompletesOnTheHandlersExecutor) {
+  options_.executor = nullptr;
+  options_.wait_timeout = absl::Milliseconds(20);
+  gated_ = true;
+  StringCache cache(Loader(), options_);
+  asio::io_context io;
+  Outcome outcome;
+  std::thread::id completed_on;
+  AsyncGet(cache, "k", asio::bind_executor(io, [&](Result v) {
+             outcome.result = std::move(v);
+             ++outcome.completions;
+             completed_on = std::this_thread::get_id();
+           }));
+  io.run();  // Until the timer thread's answer has been posted and run.
+  ASSERT_EQ(outcome.completions, 1);
+  EXPECT_EQ(outcome.result->status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(completed_on, std::this_thread::get_id());
+  release_.Open();
+}
+
+TEST_F(AsioTest, ATimerRacingTheLookupCancelsOnlyThatWaiter) {
+  using asio::experimental::awaitable_operators::operator||;
+  options_.executor = nullptr;
+  gated_ = true;
+  StringCache cache(Loader(), options_);
+  asio::io_context io;
+  std::optional<std::variant<Result, std::monostate>> raced;
+  Outcome patient;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer deadline(io, std::chrono::milliseconds(1));
+        raced = co_await (AsyncGet(cache, "k", asio::use_awaitable) ||
+                          deadline.async_wait(asio::use_awaitable));
+        release_.Open();  // Only now may the load finish.
+      },
+      asio::detached);
+  asio::co_spawn(io, GetInto(cache, "k", &patient), asio::detached);
+  io.run();
+  ASSERT_TRUE(raced.has_value());
+  EXPECT_EQ(raced->index(), 1u);  // The deadline won.
+  ASSERT_EQ(patient.completions, 1);
+  EXPECT_EQ(**patient.result, "k#1");
+  EXPECT_EQ(loads_, 1);
+}
+
+TEST_F(AsioTest, CancellationRacingTheLoadCompletesEachWaiterExactlyOnce) {
+  // Real threads: the load completes on the cache's pool while the
+  // cancellation is emitted on the io_context's thread.
+  options_.executor = nullptr;
+  StringCache cache(Loader(), options_);
+  asio::io_context io;
+  constexpr int kRounds = 300;
+  std::vector<Outcome> outcomes(kRounds);
+  std::vector<asio::cancellation_signal> signals(kRounds);
+  for (int round = 0; round < kRounds; ++round) {
+    asio::co_spawn(
+        io, GetInto(cache, absl::StrCat("k", round), &outcomes[round]),
+        asio::bind_cancellation_slot(signals[round].slot(), asio::detached));
+    asio::post(io, [&signals, round] {
+      signals[round].emit(asio::cancellation_type::terminal);
+    });
+  }
+  io.run();
+  for (int round = 0; round < kRounds; ++round) {
+    const Outcome& outcome = outcomes[round];
+    ASSERT_EQ(outcome.completions, 1) << "round " << round;
+    if (outcome.result->ok()) {
+      EXPECT_THAT(**outcome.result, StartsWith(absl::StrCat("k", round, "#")));
+    } else {
+      EXPECT_EQ(outcome.result->status().code(), absl::StatusCode::kCancelled);
+    }
+  }
+}
+
+TEST_F(AsioTest, DestroyingTheCacheCancelsEachPendingWaiterOnce) {
+  asio::io_context io;
+  constexpr int kWaiters = 5;
+  std::vector<Outcome> outcomes(kWaiters + 1);
+  {
+    StringCache cache(Loader(), options_);
+    for (int i = 0; i < kWaiters; ++i) {
+      asio::co_spawn(io, GetInto(cache, "k", &outcomes[i]), asio::detached);
+    }
+    AsyncGet(cache, "other", asio::bind_executor(io, [&outcomes](Result v) {
+               outcomes[kWaiters].result = std::move(v);
+               ++outcomes[kWaiters].completions;
+             }));
+    io.poll();  // All wait; the loads stay queued.
+    for (const Outcome& outcome : outcomes) EXPECT_EQ(outcome.completions, 0);
+  }
+  io.run();  // The cancellations, posted by the destructor.
+  for (const Outcome& outcome : outcomes) {
+    ASSERT_EQ(outcome.completions, 1);
+    EXPECT_EQ(outcome.result->status().code(), absl::StatusCode::kCancelled);
+  }
+  executor_.RunAll();  // The queued loads find the cache gone.
+  io.restart();
+  EXPECT_EQ(io.poll(), 0u);
+  EXPECT_EQ(loads_, 0);
+}
+
+TEST_F(AsioTest, ALoaderErrorIsAValueNotAnException) {
+  StringCache cache(
+      [](const std::string&) -> Result {
+        return absl::UnavailableError("backend down");
+      },
+      options_);
+  asio::io_context io;
+  Outcome outcome;
+  asio::co_spawn(io, GetInto(cache, "k", &outcome), asio::detached);
+  io.poll();
+  executor_.RunAll();
+  io.run();
+  ASSERT_EQ(outcome.completions, 1);
+  EXPECT_EQ(outcome.result->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(outcome.result->status().message(), "backend down");
+}
+
+// Hashes like absl::Hash, but throws for one key.
+struct ThrowingHash {
+  size_t operator()(const std::string& key) const {
+    if (key == "poison") throw std::runtime_error("cannot hash");
+    return std::hash<std::string>()(key);
+  }
+};
+
+TEST_F(AsioTest, AThrowingLookupCompletesWithInternal) {
+  Cache<std::string, std::string, SingleFlight, ThrowingHash> cache(
+      [](const std::string& k) -> Result { return k; }, options_);
+  asio::io_context io;
+  Outcome outcome;
+  AsyncGet(cache, "poison", asio::bind_executor(io, [&outcome](Result v) {
+             outcome.result = std::move(v);
+             ++outcome.completions;
+           }));
+  io.run();
+  ASSERT_EQ(outcome.completions, 1);
+  EXPECT_EQ(outcome.result->status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(outcome.result->status().message(), HasSubstr("cannot hash"));
+}
+
+}  // namespace
+}  // namespace paddock
