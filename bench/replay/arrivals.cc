@@ -54,7 +54,7 @@ void RunOpenLoop(const ArrivalSchedule& schedule, int64_t start,
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0) {
     }
     const Request request{at, hot(rng)};
-    metrics.OnArrival(at);
+    metrics.OnArrival(at, MonotonicNanos());
     submit(i, request);
     cpu_used.store(ThreadCpuNanos(), std::memory_order_relaxed);
   }

@@ -117,6 +117,7 @@ foreach(i RANGE ${last})
   foreach(q p50 p95 p99 max)
     get(latency_${q} results ${i} latency_ms ${q})
     get(hot_latency_${q} results ${i} hot_key latency_ms ${q})
+    get(generator_lag_${q} results ${i} generator_lag_ms ${q})
   endforeach()
   foreach(field requests loads max_concurrent_loads stale_served
                 max_stale_age_ms)

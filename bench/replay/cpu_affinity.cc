@@ -2,6 +2,7 @@
 
 #include "cpu_affinity.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,17 @@ absl::Status PinCurrentThread(int cpu) {
     return absl::ErrnoToStatus(
         errno,
         absl::StrCat("paddock_replay: cannot pin a thread to CPU ", cpu));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeCurrentThreadRealTime() {
+  sched_param param{};
+  param.sched_priority = sched_get_priority_min(SCHED_FIFO);
+  const int error = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
+  if (error != 0) {
+    return absl::ErrnoToStatus(
+        error, "paddock_replay: cannot run a thread under SCHED_FIFO");
   }
   return absl::OkStatus();
 }

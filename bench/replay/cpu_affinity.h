@@ -23,6 +23,12 @@ std::vector<int> AllowedCpus();
 // pinning. Returns the OS error, with the CPU, on failure.
 absl::Status PinCurrentThread(int cpu);
 
+// Runs the calling thread under SCHED_FIFO at the lowest real-time priority,
+// so that it preempts ordinary threads on its CPU as soon as it wakes: for
+// the load generator and the sampler when a busy database shares their CPU.
+// Needs CAP_SYS_NICE (root); returns the OS error otherwise.
+absl::Status MakeCurrentThreadRealTime();
+
 // Where the replay's threads run.
 struct CpuPlan {
   int server_cpu = 0;

@@ -58,8 +58,9 @@ const RunMetrics::Second& RunMetrics::At(int64_t t) const {
   return seconds_[i];
 }
 
-void RunMetrics::OnArrival(int64_t scheduled) {
+void RunMetrics::OnArrival(int64_t scheduled, int64_t issued) {
   arrivals_.fetch_add(1, std::memory_order_relaxed);
+  arrival_lag_.Record(std::max<int64_t>(issued - scheduled, 0));
   At(scheduled).arrivals.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -169,6 +170,7 @@ void RunMetrics::Summarize(PolicyResult& result) const {
   result.completed = get(completed_);
   result.failed = get(failed_);
   result.latency = PercentilesOf(latency_);
+  result.generator_lag = PercentilesOf(arrival_lag_);
   result.hot_key.requests = get(hot_requests_);
   result.hot_key.failed = get(hot_failed_);
   result.hot_key.loads = get(loads_);

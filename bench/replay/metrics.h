@@ -71,6 +71,9 @@ struct PolicyResult {
     double max_stale_age_ms = 0;
     Percentiles latency;
   } hot_key;
+  // How late the generator issued requests (issued - scheduled): an open
+  // loop keeps this near zero; a starved generator bunches arrivals.
+  Percentiles generator_lag;
   uint64_t expiries = 0;
   // Mean over the pods of the share of the arrival period each pod spent
   // with at least `saturation_share` of its workers busy.
@@ -134,7 +137,8 @@ class RunMetrics {
   void Begin(int64_t start_nanos);
   int64_t start_nanos() const { return start_.load(std::memory_order_relaxed); }
 
-  void OnArrival(int64_t scheduled);
+  // A request scheduled at `scheduled` was issued at `issued`.
+  void OnArrival(int64_t scheduled, int64_t issued);
   void OnEnd(bool hot, int64_t scheduled, int64_t ended, Outcome outcome);
 
   // Around every call of the hot key's loader (or rebuild, with no cache).
@@ -213,6 +217,7 @@ class RunMetrics {
   std::atomic<uint64_t> db_queries_{0};
   LatencyHistogram latency_;
   LatencyHistogram hot_latency_;
+  LatencyHistogram arrival_lag_;
 
   // Owned by the sampler thread (in the replay's own process).
   int64_t last_sample_ = 0;

@@ -286,8 +286,15 @@ absl::StatusOr<PolicyResult> RunFleet(const RunConfig& config,
   CpuMeter::Shares arrivals_cpu;
   // The database's CPU: busy, and used by the database's processes.
   std::optional<CpuMeter::Shares> db_cpu;
-  std::thread sampler([&] {
+  std::atomic<bool> not_realtime{false};
+  auto client_thread_setup = [&] {
     PinCurrentThread(config.cpus.client_cpu).IgnoreError();
+    if (config.realtime_client && !MakeCurrentThreadRealTime().ok()) {
+      not_realtime.store(true);
+    }
+  };
+  std::thread sampler([&] {
+    client_thread_setup();
     const double total_s = absl::ToDoubleSeconds(s.Duration());
     auto replay_cpu = [&] {
       return ProcessCpuNanos() - ThreadCpuNanos() - generator_cpu.load() +
@@ -339,7 +346,7 @@ absl::StatusOr<PolicyResult> RunFleet(const RunConfig& config,
   const ArrivalSchedule schedule(s.rate, s.ramp, s.hold);
   std::atomic<bool> generator_stop{false};
   std::thread generator([&] {
-    PinCurrentThread(config.cpus.client_cpu).IgnoreError();
+    client_thread_setup();
     RunOpenLoop(
         schedule, start, s.hot_share, config.seed,
         [&](int64_t i, const Request& r) { fleet.Submit(i, r); }, metrics,
@@ -381,6 +388,13 @@ absl::StatusOr<PolicyResult> RunFleet(const RunConfig& config,
   sampler_stop.store(true);
   sampler.join();
   if (config.live_status) std::fprintf(stderr, "\r\033[K");
+  if (not_realtime.load()) {
+    std::fprintf(stderr,
+                 "paddock_replay: warning: the load generator could not run "
+                 "under SCHED_FIFO (needs root or CAP_SYS_NICE); a busy "
+                 "database on its CPU may delay the arrivals (see "
+                 "generator_lag_ms)\n");
+  }
   const absl::Status reaped = fleet.Reap(absl::Now() + absl::Seconds(60));
   if (!status.ok()) return status;
   if (!reaped.ok()) return reaped;

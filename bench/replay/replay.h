@@ -50,6 +50,9 @@ struct RunConfig {
   int db_pool = 40;         // kPostgres: connections per pod.
   int db_cpu = -1;          // The CPU the database is pinned to; -1 if unknown.
   int db_pid = -1;          // The database's postmaster (ours); -1 if unknown.
+  // Run the load generator and the sampler under SCHED_FIFO: the database
+  // shares their CPU and, saturated, would delay their wake-ups by seconds.
+  bool realtime_client = false;
 };
 
 // Runs `policy` (one of PolicyNames()) once. InvalidArgumentError for an

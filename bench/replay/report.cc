@@ -62,7 +62,7 @@ std::string FormatFleetTable(const RunConfig& config,
                   "db max", "db cpu", "other");
   for (const PolicyResult& r : results) {
     out += fmt::format(
-        "{:<13}{:>5}{:>8}{:>7}{:>7} | {:>9}{:>8.1f}{:>8}{:>8}{:>7}\n", r.policy,
+        "{:<13}{:>5}{:>8}{:>7}{:>7} | {:>9}{:>8.3g}{:>8}{:>8}{:>7}\n", r.policy,
         r.fleet.pods, r.fleet.shared, r.fleet.loads,
         r.expiries > 0
             ? fmt::format("{:.1f}", static_cast<double>(r.fleet.loads) /
@@ -148,6 +148,12 @@ std::string FormatTable(const RunConfig& config,
       absl::FormatDuration(s.client_timeout), 100 * s.saturation_share);
   if (postgres || config.pods > 1) out += FormatFleetTable(config, results);
   for (const PolicyResult& r : results) {
+    if (r.generator_lag.p99 > 10) {
+      out += fmt::format(
+          "warning: the load generator issued 1% of the requests of {} more "
+          "than {} late (max {}): arrivals came in bunches.\n",
+          r.policy, Millis(r.generator_lag.p99), Millis(r.generator_lag.max));
+    }
     const double other = r.server_cpu_busy - r.server_cpu_replay;
     if (other > 0.10) {
       out += fmt::format(
@@ -174,7 +180,8 @@ absl::Status WriteJson(const std::string& path, const RunConfig& config,
         "   \"hot_key\": {{\"requests\": {}, \"failed\": {}, \"loads\": {}, "
         "\"max_concurrent_loads\": {}, \"stale_served\": {}, "
         "\"max_stale_age_ms\": {:.3f}, \"latency_ms\": {}}},\n"
-        "   \"expiries\": {}, \"worker_saturation\": {:.4f}, "
+        "   \"generator_lag_ms\": {}, \"expiries\": {}, "
+        "\"worker_saturation\": {:.4f}, "
         "\"max_busy_workers\": {}, \"server_cpu\": {{\"busy\": {:.4f}, "
         "\"replay\": {:.4f}}},\n"
         "   \"cache\": {{\"hits\": {}, \"stale_hits\": {}, \"misses\": {}, "
@@ -188,13 +195,14 @@ absl::Status WriteJson(const std::string& path, const RunConfig& config,
         i == 0 ? "" : ",", r.policy, r.requests, r.completed, r.failed,
         r.throughput_rps, Json(r.latency), r.hot_key.requests, r.hot_key.failed,
         r.hot_key.loads, r.hot_key.max_concurrent_loads, r.hot_key.stale_served,
-        r.hot_key.max_stale_age_ms, Json(r.hot_key.latency), r.expiries,
-        r.worker_saturation, r.max_busy_workers, r.server_cpu_busy,
-        r.server_cpu_replay, c.hits, c.stale_hits, c.misses, c.loads,
-        c.coalesced_waits, c.refreshes, c.wait_timeouts, c.stale_fallbacks,
-        r.backend.kind, r.backend.queries, r.backend.max_busy, r.backend.pool,
-        ShareOrNull(r.backend.cpu_busy), ShareOrNull(r.backend.cpu_db),
-        r.fleet.pods, r.fleet.shared, r.fleet.loads,
+        r.hot_key.max_stale_age_ms, Json(r.hot_key.latency),
+        Json(r.generator_lag), r.expiries, r.worker_saturation,
+        r.max_busy_workers, r.server_cpu_busy, r.server_cpu_replay, c.hits,
+        c.stale_hits, c.misses, c.loads, c.coalesced_waits, c.refreshes,
+        c.wait_timeouts, c.stale_fallbacks, r.backend.kind, r.backend.queries,
+        r.backend.max_busy, r.backend.pool, ShareOrNull(r.backend.cpu_busy),
+        ShareOrNull(r.backend.cpu_db), r.fleet.pods, r.fleet.shared,
+        r.fleet.loads,
         r.expiries > 0
             ? fmt::format("{:.3f}", static_cast<double>(r.fleet.loads) /
                                         static_cast<double>(r.expiries))

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +72,7 @@ struct ChildSetup {
   std::string log_path;
   std::string work_dir;
   int cpu = -1;
+  int nice = 0;
   uid_t uid = static_cast<uid_t>(-1);
   gid_t gid = static_cast<gid_t>(-1);
   int parent_death_signal = SIGKILL;
@@ -89,6 +91,11 @@ absl::StatusOr<pid_t> Spawn(const ChildSetup& setup) {
   sigset_t no_signals;
   sigemptyset(&no_signals);
   const pid_t parent = ::getpid();
+  // The calling thread's niceness (per thread on Linux), which the child
+  // inherits; -1 is a valid value, so errno tells failure.
+  errno = 0;
+  const int base_nice = ::getpriority(PRIO_PROCESS, 0);
+  const bool renice = setup.nice != 0 && errno == 0;
 
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -98,6 +105,7 @@ absl::StatusOr<pid_t> Spawn(const ChildSetup& setup) {
 
   // The child.
   if (setup.cpu >= 0) ::sched_setaffinity(0, sizeof(cpus), &cpus);
+  if (renice) ::setpriority(PRIO_PROCESS, 0, base_nice + setup.nice);
   ::signal(SIGPIPE, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &no_signals, nullptr);
   if (setup.uid != static_cast<uid_t>(-1)) {
@@ -275,6 +283,7 @@ absl::Status ThrowawayPostgres::Launch() {
   setup.log_path = dir_ + "/postgres.log";
   setup.work_dir = dir_;
   setup.cpu = options_.cpu;
+  setup.nice = options_.nice;
   setup.uid = run_uid_;
   setup.gid = run_gid_;
   // SIGQUIT: an immediate shutdown, which also ends the server's children.

@@ -30,6 +30,9 @@ namespace paddock::pg {
 struct ThrowawayPostgresOptions {
   // Pins the server's processes to this CPU; -1 leaves them unpinned.
   int cpu = -1;
+  // Runs them this much nicer than the caller (lower priority), so that a
+  // busy server does not starve what shares its CPU; 0 leaves it.
+  int nice = 0;
   // The server's `max_connections`.
   int max_connections = 100;
   // More server settings, each "name=value" (passed as `-c name=value`).
