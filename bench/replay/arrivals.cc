@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 
+#include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 #include "cost_model.h"
 #include "metrics.h"
@@ -37,7 +38,8 @@ int64_t ArrivalSchedule::OffsetNanos(int64_t i) const {
 }
 
 void RunOpenLoop(const ArrivalSchedule& schedule, int64_t start,
-                 double hot_share, uint64_t seed, Server& server,
+                 double hot_share, uint64_t seed,
+                 absl::FunctionRef<void(int64_t, const Request&)> submit,
                  RunMetrics& metrics, const std::atomic<bool>& stop,
                  std::atomic<int64_t>& cpu_used) {
   std::mt19937_64 rng(seed);
@@ -52,8 +54,8 @@ void RunOpenLoop(const ArrivalSchedule& schedule, int64_t start,
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0) {
     }
     const Request request{at, hot(rng)};
-    metrics.OnArrival(at);
-    server.Submit(request);
+    metrics.OnArrival(at, MonotonicNanos());
+    submit(i, request);
     cpu_used.store(ThreadCpuNanos(), std::memory_order_relaxed);
   }
 }

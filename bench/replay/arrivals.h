@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 #include "metrics.h"
 #include "server.h"
@@ -40,13 +41,15 @@ class ArrivalSchedule {
   int64_t count_;
 };
 
-// Issues every request of `schedule` from `start` (MonotonicNanos()) into
-// `server`, each hot with probability `hot_share` (drawn from `seed`), and
-// records the arrivals in `metrics`. Returns after the last one, or early
-// once `stop` is set. Runs on the calling thread, and keeps `cpu_used` at
-// the CPU time that thread has consumed.
+// Issues every request of `schedule` from `start` (MonotonicNanos()) through
+// `submit` (with the request's index, from 0), each hot with probability
+// `hot_share` (drawn from `seed`), and records the arrivals in `metrics`.
+// Returns after the last one, or early once `stop` is set. Runs on the
+// calling thread, and keeps `cpu_used` at the CPU time that thread has
+// consumed.
 void RunOpenLoop(const ArrivalSchedule& schedule, int64_t start,
-                 double hot_share, uint64_t seed, Server& server,
+                 double hot_share, uint64_t seed,
+                 absl::FunctionRef<void(int64_t, const Request&)> submit,
                  RunMetrics& metrics, const std::atomic<bool>& stop,
                  std::atomic<int64_t>& cpu_used);
 

@@ -2,15 +2,19 @@
 
 #include "cpu_affinity.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -40,6 +44,17 @@ absl::Status PinCurrentThread(int cpu) {
     return absl::ErrnoToStatus(
         errno,
         absl::StrCat("paddock_replay: cannot pin a thread to CPU ", cpu));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeCurrentThreadRealTime() {
+  sched_param param{};
+  param.sched_priority = sched_get_priority_min(SCHED_FIFO);
+  const int error = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param);
+  if (error != 0) {
+    return absl::ErrnoToStatus(
+        error, "paddock_replay: cannot run a thread under SCHED_FIFO");
   }
   return absl::OkStatus();
 }
@@ -87,28 +102,74 @@ int64_t ProcessCpuNanos() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-void ServerCpuMeter::Start(int64_t now, int64_t client_cpu_nanos) {
+int64_t ProcessCpuNanos(pid_t pid) {
+  clockid_t clock;
+  timespec ts;
+  if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &ts) != 0) {
+    return -1;
+  }
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+namespace {
+
+// Reads /proc/<pid>/stat: the parent's pid and utime + stime, in ticks.
+bool ReadStat(const std::string& pid, long& ppid, unsigned long long& ticks) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  // The command name, in parentheses, may hold spaces: fields follow the
+  // last ')'.
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream fields(line.substr(close + 1));
+  std::string state;
+  fields >> state >> ppid;
+  std::string skip;
+  for (int i = 5; i <= 13; ++i) fields >> skip;  // pgrp .. cmajflt.
+  unsigned long long utime = 0, stime = 0;
+  fields >> utime >> stime;
+  ticks = utime + stime;
+  return !fields.fail();
+}
+
+}  // namespace
+
+int64_t ProcessTreeCpuNanos(pid_t root) {
+  const std::string root_name = std::to_string(root);
+  long ppid = 0;
+  unsigned long long ticks = 0;
+  if (!ReadStat(root_name, ppid, ticks)) return -1;
+  unsigned long long total = ticks;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& e :
+       std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name[0] < '0' || name[0] > '9') continue;
+    if (ReadStat(name, ppid, ticks) && ppid == root) total += ticks;
+  }
+  const long hz = sysconf(_SC_CLK_TCK);
+  return static_cast<int64_t>(total) * (1'000'000'000 / (hz > 0 ? hz : 100));
+}
+
+void CpuMeter::Start(int64_t now, int64_t replay_cpu_nanos) {
   ticks_ = ReadCpuTicks(cpu_);
-  process_ = ProcessCpuNanos();
-  client_ = client_cpu_nanos;
+  replay_ = replay_cpu_nanos;
   at_ = now;
 }
 
-ServerCpuMeter::Shares ServerCpuMeter::Lap(int64_t now,
-                                           int64_t client_cpu_nanos) {
+CpuMeter::Shares CpuMeter::Lap(int64_t now, int64_t replay_cpu_nanos) {
   const CpuTicks ticks = ReadCpuTicks(cpu_);
-  const int64_t process = ProcessCpuNanos();
   Shares shares;
   if (ticks.total > ticks_.total && now > at_) {
     shares.busy = static_cast<double>(ticks.busy - ticks_.busy) /
                   static_cast<double>(ticks.total - ticks_.total);
-    const int64_t replay = (process - process_) - (client_cpu_nanos - client_);
-    shares.replay = std::max(
-        0.0, static_cast<double>(replay) / static_cast<double>(now - at_));
+    shares.replay =
+        std::max(0.0, static_cast<double>(replay_cpu_nanos - replay_) /
+                          static_cast<double>(now - at_));
   }
   ticks_ = ticks;
-  process_ = process;
-  client_ = client_cpu_nanos;
+  replay_ = replay_cpu_nanos;
   at_ = now;
   return shares;
 }

@@ -6,6 +6,8 @@
 #ifndef PADDOCK_BENCH_REPLAY_CPU_AFFINITY_H_
 #define PADDOCK_BENCH_REPLAY_CPU_AFFINITY_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +22,12 @@ std::vector<int> AllowedCpus();
 // Pins the calling thread to `cpu`. Threads it creates afterwards inherit the
 // pinning. Returns the OS error, with the CPU, on failure.
 absl::Status PinCurrentThread(int cpu);
+
+// Runs the calling thread under SCHED_FIFO at the lowest real-time priority,
+// so that it preempts ordinary threads on its CPU as soon as it wakes: for
+// the load generator and the sampler when a busy database shares their CPU.
+// Needs CAP_SYS_NICE (root); returns the OS error otherwise.
+absl::Status MakeCurrentThreadRealTime();
 
 // Where the replay's threads run.
 struct CpuPlan {
@@ -44,32 +52,41 @@ CpuTicks ReadCpuTicks(int cpu);
 // Returns the CPU time the whole process has consumed, in nanoseconds.
 int64_t ProcessCpuNanos();
 
-// ServerCpuMeter
+// Returns the CPU time process `pid` (a child of this one) has consumed, in
+// nanoseconds, or -1 if it cannot be read (the process is gone).
+int64_t ProcessCpuNanos(pid_t pid);
+
+// Returns the CPU time process `root` and its direct children (a
+// PostgreSQL postmaster and its backends) have consumed, in nanoseconds, from
+// /proc (clock-tick resolution); -1 if `root` is gone.
+int64_t ProcessTreeCpuNanos(pid_t root);
+
+// CpuMeter
 //
-// Splits the server CPU's time between the replay's server threads and
-// everything else: the CPU's busy ticks (/proc/stat) against the process's
-// CPU time minus that of its threads on the other CPU (`client_cpu_nanos`).
+// Splits one CPU's time between the replay's processes and everything else:
+// the CPU's busy ticks (/proc/stat) against the CPU time the replay says its
+// threads on that CPU consumed (a running total, passed to Start and Lap).
 // Not thread-safe: one thread reads it.
-class ServerCpuMeter {
+class CpuMeter {
  public:
   struct Shares {
     double busy = 0;    // Any process, hypervisor steal included.
-    double replay = 0;  // The replay's threads on the server CPU.
+    double replay = 0;  // The replay's threads on this CPU.
     double other() const { return busy > replay ? busy - replay : 0; }
   };
 
-  explicit ServerCpuMeter(int cpu) : cpu_(cpu) {}
+  explicit CpuMeter(int cpu) : cpu_(cpu) {}
 
   // Starts a measurement at `now` (MonotonicNanos()).
-  void Start(int64_t now, int64_t client_cpu_nanos);
+  void Start(int64_t now, int64_t replay_cpu_nanos);
 
   // Returns the shares since the last Start() or Lap(), and starts anew.
-  Shares Lap(int64_t now, int64_t client_cpu_nanos);
+  Shares Lap(int64_t now, int64_t replay_cpu_nanos);
 
  private:
   const int cpu_;
   CpuTicks ticks_;
-  int64_t process_ = 0, client_ = 0, at_ = 0;
+  int64_t replay_ = 0, at_ = 0;
 };
 
 // Returns the CPU model name from /proc/cpuinfo, or "unknown".

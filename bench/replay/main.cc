@@ -4,11 +4,13 @@
 //
 //   paddock_replay --scenario=hotkey-200rps --policy=all --time-scale=0.1
 //       --json=replay.json --csv=replay.csv
+//   paddock_replay --scenario=member-page-90rps --backend=postgres --pods=4
 
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,11 +23,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "backend.h"
 #include "cpu_affinity.h"
 #include "metrics.h"
 #include "replay.h"
 #include "report.h"
 #include "scenario.h"
+#ifdef PADDOCK_REPLAY_POSTGRES
+#include "pg_backend.h"
+#include "postgres/throwaway_postgres.h"
+#endif
 
 ABSL_FLAG(std::string, scenario, "hotkey-200rps",
           "hotkey-200rps (seed 000) or member-page-90rps (seed 004)");
@@ -42,6 +49,32 @@ ABSL_FLAG(std::string, csv, "", "write the per-second series to this path");
 ABSL_FLAG(int, server_cpu, -1, "CPU of the server (-1: the second allowed)");
 ABSL_FLAG(int, client_cpu, -1,
           "CPU of the load generator (-1: the first allowed)");
+
+// The fleet and the backend.
+ABSL_FLAG(int, pods, 1,
+          "server processes (forked), each with its own workers, cache and "
+          "connection pool, all on the server CPU; requests go round-robin");
+ABSL_FLAG(std::string, shared, "none",
+          "the tier the pods' caches share: none (or redis, once built in)");
+ABSL_FLAG(std::string, backend, "cpu",
+          "what the hot key's rebuild runs against: cpu (the cost model) or "
+          "postgres (SQL on a real PostgreSQL)");
+ABSL_FLAG(std::string, pg, "",
+          "--backend=postgres: libpq conninfo of the database to use (the "
+          "replay drops and creates schema paddock_replay there); empty: "
+          "start a throwaway PostgreSQL");
+ABSL_FLAG(int, db_pool, 40, "--backend=postgres: connections per pod");
+ABSL_FLAG(int, db_cpu, -1,
+          "CPU of the throwaway PostgreSQL (-1: the load generator's)");
+ABSL_FLAG(bool, calibrate, false,
+          "--backend=postgres: prepare the data, measure what a rebuild "
+          "costs the database and what it can sustain, print it and exit");
+ABSL_FLAG(std::optional<long>, pg_members, std::nullopt,
+          "member-page-90rps with postgres: rows of the member table");
+ABSL_FLAG(std::optional<long>, pg_goods, std::nullopt,
+          "hotkey-200rps with postgres: rows of the goods table");
+ABSL_FLAG(std::optional<int>, pg_group_goods, std::nullopt,
+          "hotkey-200rps with postgres: goods per product group");
 
 // Every other number of a scenario; unset keeps the scenario's value. Given
 // as full-run values: --time-scale scales the durations among them too.
@@ -117,6 +150,9 @@ absl::StatusOr<Scenario> ScenarioFromFlags() {
            [&](absl::Duration v) { s.client_timeout = v; });
   Override(FLAGS_saturation_share, [&](double v) { s.saturation_share = v; });
   Override(FLAGS_refresh_threads, [&](int v) { s.refresh_threads = v; });
+  Override(FLAGS_pg_members, [&](long v) { s.db.members = v; });
+  Override(FLAGS_pg_goods, [&](long v) { s.db.goods = v; });
+  Override(FLAGS_pg_group_goods, [&](int v) { s.db.group_goods = v; });
 
   const double scale = absl::GetFlag(FLAGS_time_scale);
   if (!(scale > 0)) {
@@ -126,13 +162,16 @@ absl::StatusOr<Scenario> ScenarioFromFlags() {
   if (!(s.rate > 0) || !(s.hot_share >= 0 && s.hot_share <= 1) ||
       s.workers < 1 || s.load_cost.steps < 1 || s.other_cost.steps < 1 ||
       s.refresh_threads < 1 || s.client_timeout <= absl::ZeroDuration() ||
-      s.Duration() <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("paddock_replay: need --rate > 0 (got ", s.rate,
-                     "), --hot_share in [0, 1] (got ", s.hot_share,
-                     "), --workers >= 1 (got ", s.workers,
-                     "), --load_steps >= 1, --refresh_threads >= 1, "
-                     "--client_timeout > 0 and --ramp + --hold > 0"));
+      s.Duration() <= absl::ZeroDuration() || s.db.members < 1 ||
+      s.db.goods < 1 || s.db.group_goods < 1 ||
+      s.db.group_goods * 7L >= s.db.goods) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "paddock_replay: need --rate > 0 (got ", s.rate,
+        "), --hot_share in [0, 1] (got ", s.hot_share,
+        "), --workers >= 1 (got ", s.workers,
+        "), --load_steps >= 1, --refresh_threads >= 1, "
+        "--client_timeout > 0, --ramp + --hold > 0, --pg_members >= 1 and "
+        "1 <= 7 x --pg_group_goods < --pg_goods"));
   }
   return Scaled(s, scale);
 }
@@ -158,7 +197,8 @@ std::vector<char*> DashesToUnderscores(int argc, char** argv,
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Replays the seeds' hot-key scenario under no cache and each paddock "
-      "policy, on real threads and one pinned CPU.\n"
+      "policy, on real threads and one pinned CPU, against the cost model "
+      "or a real PostgreSQL, with one or several server processes.\n"
       "  paddock_replay --scenario=hotkey-200rps --policy=all "
       "--time-scale=0.1 --json=out.json --csv=out.csv");
   std::vector<std::string> storage;
@@ -186,15 +226,113 @@ int Main(int argc, char** argv) {
   config.cpus = PlanCpus(absl::GetFlag(FLAGS_server_cpu),
                          absl::GetFlag(FLAGS_client_cpu));
   config.live_status = isatty(STDERR_FILENO) != 0;
+  config.pods = absl::GetFlag(FLAGS_pods);
+  config.db_pool = absl::GetFlag(FLAGS_db_pool);
+  if (config.pods < 1 || config.pods > kMaxPods || config.db_pool < 1) {
+    std::fprintf(stderr,
+                 "paddock_replay: need --pods in [1, %d] (got %d) and "
+                 "--db_pool >= 1 (got %d)\n",
+                 kMaxPods, config.pods, config.db_pool);
+    return 2;
+  }
+  absl::StatusOr<SharedTierKind> shared =
+      ParseSharedTier(absl::GetFlag(FLAGS_shared));
+  absl::StatusOr<BackendKind> backend =
+      ParseBackend(absl::GetFlag(FLAGS_backend));
+  for (const absl::Status& s : {shared.status(), backend.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  config.shared = *shared;
+  config.backend = *backend;
+  if (config.shared == SharedTierKind::kRedis) {
+    // The Redis tier (paddock::RedisTier) is not built in yet. With it: start
+    // a redis-server on a unix socket here, as the PostgreSQL below, and set
+    // each pod's tier in PodCacheOptions (replay.cc).
+    std::fprintf(stderr,
+                 "paddock_replay: --shared=redis: not built with the Redis "
+                 "tier (paddock::RedisTier); only --shared=none for now\n");
+    return 2;
+  }
   if (!config.cpus.warning.empty()) {
     std::fprintf(stderr, "paddock_replay: %s\n", config.cpus.warning.c_str());
   }
-  // Everything this thread creates from now on (workers, the caches'
-  // refresh pools) inherits the server CPU; the generator and the sampler
-  // move themselves to the client CPU.
+  // Everything this thread creates from now on (the pods, whose workers and
+  // refresh pools inherit it) runs on the server CPU; the generator and the
+  // sampler move themselves to the client CPU, the database to its own.
   if (absl::Status s = PinCurrentThread(config.cpus.server_cpu); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
+  }
+
+#ifdef PADDOCK_REPLAY_POSTGRES
+  std::unique_ptr<pg::ThrowawayPostgres> postgres;
+  if (config.backend == BackendKind::kPostgres) {
+    config.pg_conninfo = absl::GetFlag(FLAGS_pg);
+    if (config.pg_conninfo.empty()) {
+      const int db_cpu = absl::GetFlag(FLAGS_db_cpu) >= 0
+                             ? absl::GetFlag(FLAGS_db_cpu)
+                             : config.cpus.client_cpu;
+      pg::ThrowawayPostgresOptions options;
+      options.cpu = db_cpu;
+      // The database shares its CPU with the load generator and the
+      // sampler: saturated (160 busy backends with 4 pods), it delayed
+      // their wake-ups by seconds, and the arrivals with them. They run
+      // under SCHED_FIFO then (realtime_client); the database also yields
+      // to everything else of the replay, and still gets all the CPU they
+      // leave, which is nearly all of it.
+      options.nice = 10;
+      options.max_connections = config.pods * config.db_pool + 10;
+      // Repeatable plans and no background work: the data does not change.
+      options.settings = {"jit=off", "max_parallel_workers_per_gather=0",
+                          "autovacuum=off"};
+      absl::StatusOr<std::unique_ptr<pg::ThrowawayPostgres>> started =
+          pg::ThrowawayPostgres::Start(options);
+      if (!started.ok()) {
+        std::fprintf(stderr, "%s\n", started.status().ToString().c_str());
+        // 77: what ctest and automake read as "skipped".
+        return absl::IsNotFound(started.status()) ? 77 : 1;
+      }
+      postgres = *std::move(started);
+      config.pg_conninfo = postgres->conninfo();
+      config.db_cpu = db_cpu;
+      config.db_pid = postgres->pid();
+      config.realtime_client = db_cpu == config.cpus.client_cpu;
+    }
+    if (absl::Status s = PreparePgData(config.pg_conninfo, config.scenario);
+        !s.ok()) {
+      std::fprintf(stderr, "paddock_replay: preparing the data: %s\n",
+                   s.ToString().c_str());
+      return 1;
+    }
+    if (absl::GetFlag(FLAGS_calibrate)) {
+      absl::StatusOr<PgCalibration> c =
+          CalibratePg(config.pg_conninfo, *scenario, 200, config.db_pool,
+                      absl::Seconds(5), config.db_cpu, config.db_pid);
+      if (!c.ok()) {
+        std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
+        return 1;
+      }
+      std::fputs(FormatCalibration(*scenario, *c, config.db_cpu).c_str(),
+                 stdout);
+      return 0;
+    }
+  }
+#else
+  if (config.backend == BackendKind::kPostgres) {
+    std::fprintf(stderr,
+                 "paddock_replay: --backend=postgres: built without libpq "
+                 "(Debian: libpq-dev; scripts/install-deps installs it)\n");
+    return 2;
+  }
+#endif
+  if (absl::GetFlag(FLAGS_calibrate) &&
+      config.backend != BackendKind::kPostgres) {
+    std::fprintf(stderr,
+                 "paddock_replay: --calibrate needs --backend=postgres\n");
+    return 2;
   }
 
   std::vector<PolicyResult> results;

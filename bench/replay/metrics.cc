@@ -4,10 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "histogram.h"
+#include "shared_arena.h"
 
 namespace paddock::replay {
 namespace {
@@ -21,37 +22,45 @@ Percentiles PercentilesOf(const LatencyHistogram& h) {
 
 }  // namespace
 
-RunMetrics::RunMetrics(int64_t start_nanos, int seconds, int64_t timeout_nanos,
-                       int saturated_at)
-    : start_(start_nanos),
-      timeout_(timeout_nanos),
-      saturated_at_(saturated_at) {
-  seconds_.reserve(std::max(seconds, 1));
-  for (int i = 0; i < std::max(seconds, 1); ++i) {
-    seconds_.push_back(std::make_unique<Second>());
-  }
+RunMetrics::RunMetrics(SharedArena& arena, int seconds, int64_t timeout_nanos,
+                       int saturated_at, int pods)
+    : timeout_(timeout_nanos),
+      saturated_at_(saturated_at),
+      pods_(std::clamp(pods, 1, kMaxPods)),
+      seconds_(arena.NewArray<Second>(std::max(seconds, 1))),
+      num_seconds_(std::max(seconds, 1)) {}
+
+size_t RunMetrics::ArenaBytes(int seconds) {
+  return sizeof(RunMetrics) + alignof(RunMetrics) +
+         sizeof(Second) * static_cast<size_t>(std::max(seconds, 1)) +
+         alignof(Second);
+}
+
+void RunMetrics::Begin(int64_t start_nanos) {
+  start_.store(start_nanos, std::memory_order_relaxed);
   last_sample_ = start_nanos;
 }
 
 RunMetrics::Second& RunMetrics::At(int64_t t) {
-  const int64_t i = std::clamp<int64_t>(
-      (t - start_) / kSecond, 0, static_cast<int64_t>(seconds_.size()) - 1);
+  const int64_t i =
+      std::clamp<int64_t>((t - start_nanos()) / kSecond, 0, num_seconds_ - 1);
   int seen = last_second_.load(std::memory_order_relaxed);
   while (i > seen &&
          !last_second_.compare_exchange_weak(seen, static_cast<int>(i),
                                              std::memory_order_relaxed)) {
   }
-  return *seconds_[i];
+  return seconds_[i];
 }
 
 const RunMetrics::Second& RunMetrics::At(int64_t t) const {
-  const int64_t i = std::clamp<int64_t>(
-      (t - start_) / kSecond, 0, static_cast<int64_t>(seconds_.size()) - 1);
-  return *seconds_[i];
+  const int64_t i =
+      std::clamp<int64_t>((t - start_nanos()) / kSecond, 0, num_seconds_ - 1);
+  return seconds_[i];
 }
 
-void RunMetrics::OnArrival(int64_t scheduled) {
+void RunMetrics::OnArrival(int64_t scheduled, int64_t issued) {
   arrivals_.fetch_add(1, std::memory_order_relaxed);
+  arrival_lag_.Record(std::max<int64_t>(issued - scheduled, 0));
   At(scheduled).arrivals.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -88,14 +97,28 @@ void RunMetrics::OnLoadEnd() {
   loads_in_flight_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void RunMetrics::OnWorkerBusy(int64_t now) {
-  const int64_t busy = busy_.fetch_add(1, std::memory_order_relaxed) + 1;
+void RunMetrics::OnWorkerBusy(int pod, int64_t now) {
+  const int64_t busy = busy_[pod].fetch_add(1, std::memory_order_relaxed) + 1;
   AtomicMax(max_busy_, busy);
   AtomicMax(At(now).busy_max, busy);
 }
 
-void RunMetrics::OnWorkerIdle() {
-  busy_.fetch_sub(1, std::memory_order_relaxed);
+void RunMetrics::OnWorkerIdle(int pod) {
+  busy_[pod].fetch_sub(1, std::memory_order_relaxed);
+}
+
+void RunMetrics::OnDbAcquire(int64_t now) {
+  const int64_t busy = db_busy_.fetch_add(1, std::memory_order_relaxed) + 1;
+  AtomicMax(max_db_busy_, busy);
+  AtomicMax(At(now).db_busy_max, busy);
+}
+
+void RunMetrics::OnDbRelease() {
+  db_busy_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void RunMetrics::OnDbQuery() {
+  db_queries_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RunMetrics::OnStaleServed(int64_t now, int64_t age_nanos) {
@@ -105,15 +128,17 @@ void RunMetrics::OnStaleServed(int64_t now, int64_t age_nanos) {
 }
 
 void RunMetrics::Sample(int64_t now, bool counting) {
-  const int64_t busy = busy_.load(std::memory_order_relaxed);
   Second& second = At(now);
-  AtomicMax(second.busy_max, busy);
   AtomicMax(second.loads_max, loads_in_flight_.load(std::memory_order_relaxed));
+  AtomicMax(second.db_busy_max, db_busy_.load(std::memory_order_relaxed));
   const int64_t elapsed = now - last_sample_;
   last_sample_ = now;
-  if (counting && elapsed > 0) {
-    sampled_nanos_ += elapsed;
-    if (busy >= saturated_at_) saturated_nanos_ += elapsed;
+  const bool count = counting && elapsed > 0;
+  if (count) sampled_nanos_ += elapsed;
+  for (int pod = 0; pod < pods_; ++pod) {
+    const int64_t busy = busy_[pod].load(std::memory_order_relaxed);
+    AtomicMax(second.busy_max, busy);
+    if (count && busy >= saturated_at_) saturated_nanos_[pod] += elapsed;
   }
 }
 
@@ -125,14 +150,15 @@ void RunMetrics::OnCpuSecond(int64_t at, double replay_share,
 }
 
 double RunMetrics::RecentRate(int64_t now) const {
-  if (now - start_ < kSecond) return 0;
+  if (now - start_nanos() < kSecond) return 0;
   const Second& s = At(now - kSecond);
   return static_cast<double>(s.completed.load(std::memory_order_relaxed) +
                              s.failed.load(std::memory_order_relaxed));
 }
 
 double RunMetrics::RecentP95Millis(int64_t now) const {
-  if (now - start_ < kSecond) return At(now).latency.QuantileMillis(0.95);
+  if (now - start_nanos() < kSecond)
+    return At(now).latency.QuantileMillis(0.95);
   return At(now - kSecond).latency.QuantileMillis(0.95);
 }
 
@@ -144,6 +170,7 @@ void RunMetrics::Summarize(PolicyResult& result) const {
   result.completed = get(completed_);
   result.failed = get(failed_);
   result.latency = PercentilesOf(latency_);
+  result.generator_lag = PercentilesOf(arrival_lag_);
   result.hot_key.requests = get(hot_requests_);
   result.hot_key.failed = get(hot_failed_);
   result.hot_key.loads = get(loads_);
@@ -153,21 +180,26 @@ void RunMetrics::Summarize(PolicyResult& result) const {
   result.hot_key.max_stale_age_ms =
       static_cast<double>(max_stale_age_.load(std::memory_order_relaxed)) / 1e6;
   result.hot_key.latency = PercentilesOf(hot_latency_);
-  result.worker_saturation = sampled_nanos_ > 0
-                                 ? static_cast<double>(saturated_nanos_) /
-                                       static_cast<double>(sampled_nanos_)
-                                 : 0;
+  int64_t saturated = 0;
+  for (int pod = 0; pod < pods_; ++pod) saturated += saturated_nanos_[pod];
+  result.worker_saturation =
+      sampled_nanos_ > 0 ? static_cast<double>(saturated) /
+                               static_cast<double>(sampled_nanos_ * pods_)
+                         : 0;
   result.max_busy_workers = max_busy_.load(std::memory_order_relaxed);
+  result.backend.queries = get(db_queries_);
+  result.backend.max_busy = max_db_busy_.load(std::memory_order_relaxed);
+  result.fleet.loads = get(loads_);
   result.series.clear();
   const int last = last_second_.load(std::memory_order_relaxed);
   for (int i = 0; i <= last; ++i) {
-    const Second& s = *seconds_[i];
-    result.series.push_back({static_cast<double>(i), get(s.arrivals),
-                             get(s.completed), get(s.failed),
-                             s.latency.QuantileMillis(0.95),
-                             s.loads_max.load(std::memory_order_relaxed),
-                             s.busy_max.load(std::memory_order_relaxed),
-                             get(s.stale), s.cpu_replay, s.cpu_other});
+    const Second& s = seconds_[i];
+    result.series.push_back(
+        {static_cast<double>(i), get(s.arrivals), get(s.completed),
+         get(s.failed), s.latency.QuantileMillis(0.95),
+         s.loads_max.load(std::memory_order_relaxed),
+         s.busy_max.load(std::memory_order_relaxed), get(s.stale), s.cpu_replay,
+         s.cpu_other, s.db_busy_max.load(std::memory_order_relaxed)});
   }
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "backend.h"
 #include "fmt/format.h"
 #include "metrics.h"
 #include "replay.h"
@@ -46,17 +47,66 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+// A share as JSON: null when unknown (negative).
+std::string ShareOrNull(double share) {
+  return share >= 0 ? fmt::format("{:.4f}", share) : "null";
+}
+
+// The fleet and the backend, one row per policy.
+std::string FormatFleetTable(const RunConfig& config,
+                             const std::vector<PolicyResult>& results) {
+  const double seconds = absl::ToDoubleSeconds(config.scenario.Duration());
+  std::string out =
+      fmt::format("{:<13}{:>5}{:>8}{:>7}{:>7} | {:>9}{:>8}{:>8}{:>8}{:>7}\n",
+                  "fleet", "pods", "shared", "loads", "/exp", "queries", "q/s",
+                  "db max", "db cpu", "other");
+  for (const PolicyResult& r : results) {
+    out += fmt::format(
+        "{:<13}{:>5}{:>8}{:>7}{:>7} | {:>9}{:>8.3g}{:>8}{:>8}{:>7}\n", r.policy,
+        r.fleet.pods, r.fleet.shared, r.fleet.loads,
+        r.expiries > 0
+            ? fmt::format("{:.1f}", static_cast<double>(r.fleet.loads) /
+                                        static_cast<double>(r.expiries))
+            : "-",
+        r.backend.queries, static_cast<double>(r.backend.queries) / seconds,
+        r.backend.max_busy,
+        r.backend.cpu_db >= 0 ? fmt::format("{:.0f}%", 100 * r.backend.cpu_db)
+                              : "-",
+        r.backend.cpu_db >= 0
+            ? fmt::format("{:.0f}%", 100 * std::max(0.0, r.backend.cpu_busy -
+                                                             r.backend.cpu_db))
+            : "-");
+  }
+  out += fmt::format(
+      "loads: the hot key's loader calls summed over the pods; /exp: per ttl "
+      "period. queries: SQL statements run; q/s: per second of arrivals.\n"
+      "db max: most pool connections in use at once over the fleet ({} per "
+      "pod). db cpu: the database's processes' share of its CPU during the "
+      "arrivals; other: the rest of that CPU's use (the load generator, "
+      "other processes).\n",
+      config.db_pool);
+  return out;
+}
+
 }  // namespace
 
 std::string FormatTable(const RunConfig& config,
                         const std::vector<PolicyResult>& results) {
   const Scenario& s = config.scenario;
+  const bool postgres = config.backend == BackendKind::kPostgres;
   std::string out = fmt::format(
-      "{} (time-scale {:g}: {:g} s of arrivals, ttl {}, {} workers on CPU {}, "
-      "load generator on CPU {})\n",
+      "{} (time-scale {:g}: {:g} s of arrivals, ttl {}, {}{} workers on CPU "
+      "{}, load generator on CPU {}; backend {}{})\n",
       s.name, config.time_scale, absl::ToDoubleSeconds(s.Duration()),
-      absl::FormatDuration(s.ttl), s.workers, config.cpus.server_cpu,
-      config.cpus.client_cpu);
+      absl::FormatDuration(s.ttl),
+      config.pods > 1 ? fmt::format("{} pods x ", config.pods) : "", s.workers,
+      config.cpus.server_cpu, config.cpus.client_cpu,
+      BackendName(config.backend),
+      !postgres ? ""
+      : config.db_cpu >= 0
+          ? fmt::format(" on CPU {}, {} connections per pod", config.db_cpu,
+                        config.db_pool)
+          : fmt::format(", {} connections per pod", config.db_pool));
   out += fmt::format(
       "{:<13}{:>8}{:>8}{:>8} {:>8}{:>8}{:>8} | {:>8}{:>8}{:>8}{:>7}{:>6}{:>8}"
       "{:>7}{:>10}{:>7} |{:>5}{:>6}\n",
@@ -96,7 +146,14 @@ std::string FormatTable(const RunConfig& config,
       "cpu: the server CPU used by the replay; other: used by other processes "
       "(interference).\n",
       absl::FormatDuration(s.client_timeout), 100 * s.saturation_share);
+  if (postgres || config.pods > 1) out += FormatFleetTable(config, results);
   for (const PolicyResult& r : results) {
+    if (r.generator_lag.p99 > 10) {
+      out += fmt::format(
+          "warning: the load generator issued 1% of the requests of {} more "
+          "than {} late (max {}): arrivals came in bunches.\n",
+          r.policy, Millis(r.generator_lag.p99), Millis(r.generator_lag.max));
+    }
     const double other = r.server_cpu_busy - r.server_cpu_replay;
     if (other > 0.10) {
       out += fmt::format(
@@ -123,19 +180,33 @@ absl::Status WriteJson(const std::string& path, const RunConfig& config,
         "   \"hot_key\": {{\"requests\": {}, \"failed\": {}, \"loads\": {}, "
         "\"max_concurrent_loads\": {}, \"stale_served\": {}, "
         "\"max_stale_age_ms\": {:.3f}, \"latency_ms\": {}}},\n"
-        "   \"expiries\": {}, \"worker_saturation\": {:.4f}, "
+        "   \"generator_lag_ms\": {}, \"expiries\": {}, "
+        "\"worker_saturation\": {:.4f}, "
         "\"max_busy_workers\": {}, \"server_cpu\": {{\"busy\": {:.4f}, "
         "\"replay\": {:.4f}}},\n"
         "   \"cache\": {{\"hits\": {}, \"stale_hits\": {}, \"misses\": {}, "
         "\"loads\": {}, \"coalesced_waits\": {}, \"refreshes\": {}, "
-        "\"wait_timeouts\": {}, \"stale_fallbacks\": {}}}}}",
+        "\"wait_timeouts\": {}, \"stale_fallbacks\": {}}},\n"
+        "   \"backend\": {{\"kind\": \"{}\", \"queries\": {}, "
+        "\"max_busy\": {}, \"pool\": {}, \"cpu\": {{\"busy\": {}, "
+        "\"db\": {}}}}},\n"
+        "   \"fleet\": {{\"pods\": {}, \"shared\": \"{}\", \"loads\": {}, "
+        "\"loads_per_expiry\": {}}}}}",
         i == 0 ? "" : ",", r.policy, r.requests, r.completed, r.failed,
         r.throughput_rps, Json(r.latency), r.hot_key.requests, r.hot_key.failed,
         r.hot_key.loads, r.hot_key.max_concurrent_loads, r.hot_key.stale_served,
-        r.hot_key.max_stale_age_ms, Json(r.hot_key.latency), r.expiries,
-        r.worker_saturation, r.max_busy_workers, r.server_cpu_busy,
-        r.server_cpu_replay, c.hits, c.stale_hits, c.misses, c.loads,
-        c.coalesced_waits, c.refreshes, c.wait_timeouts, c.stale_fallbacks);
+        r.hot_key.max_stale_age_ms, Json(r.hot_key.latency),
+        Json(r.generator_lag), r.expiries, r.worker_saturation,
+        r.max_busy_workers, r.server_cpu_busy, r.server_cpu_replay, c.hits,
+        c.stale_hits, c.misses, c.loads, c.coalesced_waits, c.refreshes,
+        c.wait_timeouts, c.stale_fallbacks, r.backend.kind, r.backend.queries,
+        r.backend.max_busy, r.backend.pool, ShareOrNull(r.backend.cpu_busy),
+        ShareOrNull(r.backend.cpu_db), r.fleet.pods, r.fleet.shared,
+        r.fleet.loads,
+        r.expiries > 0
+            ? fmt::format("{:.3f}", static_cast<double>(r.fleet.loads) /
+                                        static_cast<double>(r.expiries))
+            : "null");
   }
   out += "]}\n";
   return WriteFile(path, out);
@@ -145,14 +216,15 @@ absl::Status WriteCsv(const std::string& path,
                       const std::vector<PolicyResult>& results) {
   std::string out =
       "policy,time_s,arrivals,completed,failed,p95_ms,loads_in_flight_max,"
-      "busy_workers_max,stale_served,server_cpu_replay,server_cpu_other\n";
+      "busy_workers_max,stale_served,server_cpu_replay,server_cpu_other,"
+      "db_busy_max\n";
   for (const PolicyResult& r : results) {
     for (const SecondSummary& s : r.series) {
-      out +=
-          fmt::format("{},{:g},{},{},{},{:.3f},{},{},{},{:.3f},{:.3f}\n",
-                      r.policy, s.time_s, s.arrivals, s.completed, s.failed,
-                      s.p95_ms, s.loads_in_flight_max, s.busy_workers_max,
-                      s.stale_served, s.server_cpu_replay, s.server_cpu_other);
+      out += fmt::format("{},{:g},{},{},{},{:.3f},{},{},{},{:.3f},{:.3f},{}\n",
+                         r.policy, s.time_s, s.arrivals, s.completed, s.failed,
+                         s.p95_ms, s.loads_in_flight_max, s.busy_workers_max,
+                         s.stale_served, s.server_cpu_replay,
+                         s.server_cpu_other, s.db_busy_max);
     }
   }
   return WriteFile(path, out);

@@ -16,7 +16,8 @@
 namespace paddock::replay {
 
 // Returns the table of `results`, with a header line naming the scenario,
-// the scale and the CPUs.
+// the scale, the pods, the CPUs and the backend; with the postgres backend
+// or several pods, a second table of the fleet's loads and the database.
 std::string FormatTable(const RunConfig& config,
                         const std::vector<PolicyResult>& results);
 
@@ -25,9 +26,10 @@ absl::Status WriteJson(const std::string& path, const RunConfig& config,
                        const std::vector<PolicyResult>& results);
 
 // Writes one CSV row per policy and second: policy, time_s, arrivals,
-// completed, failed, p95_ms, loads_in_flight_max, busy_workers_max,
-// stale_served, server_cpu_replay, server_cpu_other (shares of the server
-// CPU used by the replay and by other processes).
+// completed, failed, p95_ms, loads_in_flight_max, busy_workers_max (in the
+// busiest pod), stale_served, server_cpu_replay, server_cpu_other (shares of
+// the server CPU used by the replay and by other processes), db_busy_max
+// (most database connections in use at once over the fleet).
 absl::Status WriteCsv(const std::string& path,
                       const std::vector<PolicyResult>& results);
 

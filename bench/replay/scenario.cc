@@ -47,6 +47,7 @@ Scenario MemberPage90() {
   s.stale_for = absl::Seconds(10);
   s.jitter = 0;  // The post's cache-aside had a plain 1-minute TTL.
   s.beta = 10;   // The post's PER used beta 10.
+  s.db.workload = DbData::Workload::kMemberPage;
   return s;
 }
 

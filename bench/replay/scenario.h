@@ -16,6 +16,25 @@
 
 namespace paddock::replay {
 
+// What the hot key's rebuild runs as SQL with --backend=postgres, and the
+// data the replay creates for it.
+struct DbData {
+  enum class Workload {
+    // Seed 000: one aggregation (a join and a GROUP BY) per product group,
+    // the `load_cost.steps` groups one after the other.
+    kProductGroups,
+    // Seed 004: one page of members by id (LIMIT/OFFSET) and the total
+    // count.
+    kMemberPage,
+  };
+  Workload workload = Workload::kProductGroups;
+  long members = 100'000;  // kMemberPage: the member table.
+  int page = 0;            // kMemberPage: member:page:0:size:10.
+  int page_size = 10;
+  long goods = 60'000;      // kProductGroups: the goods joined to.
+  int group_goods = 2'000;  // kProductGroups: goods per product group.
+};
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -30,8 +49,10 @@ struct Scenario {
   // uncached operations costing `other_cost`.
   double hot_share = 0.19;
   StepCost other_cost{1, {absl::Milliseconds(3), absl::Milliseconds(5)}};
-  // What rebuilding the hot key costs (the cache's loader).
+  // What rebuilding the hot key costs (the cache's loader) with
+  // --backend=cpu, and what it runs with --backend=postgres.
   StepCost load_cost{8, {absl::Milliseconds(5), absl::Milliseconds(5)}};
+  DbData db;
 
   // The server: a fixed pool of workers behind an unbounded queue. A request
   // not finished `client_timeout` after its scheduled arrival has failed.

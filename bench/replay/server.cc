@@ -17,9 +17,9 @@
 
 namespace paddock::replay {
 
-Server::Server(int workers, int cpu, int64_t timeout_nanos,
+Server::Server(int pod, int workers, int cpu, int64_t timeout_nanos,
                RequestHandler* handler, RunMetrics* metrics)
-    : timeout_(timeout_nanos), handler_(handler), metrics_(metrics) {
+    : pod_(pod), timeout_(timeout_nanos), handler_(handler), metrics_(metrics) {
   workers_.reserve(workers);
   for (int i = 0; i < workers; ++i) {
     workers_.emplace_back([this, cpu] { Work(cpu); });
@@ -29,19 +29,16 @@ Server::Server(int workers, int cpu, int64_t timeout_nanos,
 Server::~Server() { Stop(); }
 
 void Server::Submit(const Request& request) {
-  absl::MutexLock lock(&mu_);
-  queue_.push_back(request);
-  work_ready_.Signal();
-}
-
-bool Server::WaitIdle(int64_t deadline) {
-  absl::MutexLock lock(&mu_);
-  while (!queue_.empty() || running_ > 0) {
-    const int64_t left = deadline - MonotonicNanos();
-    if (left <= 0) return false;
-    idle_.WaitWithTimeout(&mu_, absl::Nanoseconds(left));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      queue_.push_back(request);
+      work_ready_.Signal();
+      return;
+    }
   }
-  return true;
+  metrics_->OnEnd(request.hot, request.scheduled, MonotonicNanos(),
+                  Outcome::kUnfinished);
 }
 
 void Server::Stop() {
@@ -73,16 +70,15 @@ void Server::Work(int cpu) {
       if (queue_.empty()) return;  // Stopping.
       request = queue_.front();
       queue_.pop_front();
-      ++running_;
     }
     const int64_t start = MonotonicNanos();
     if (start - request.scheduled > timeout_) {
       metrics_->OnEnd(request.hot, request.scheduled, start, Outcome::kDropped);
     } else {
-      metrics_->OnWorkerBusy(start);
+      metrics_->OnWorkerBusy(pod_, start);
       const RequestHandler::Result result = handler_->Handle(request);
       const int64_t end = MonotonicNanos();
-      metrics_->OnWorkerIdle();
+      metrics_->OnWorkerIdle(pod_);
       Outcome outcome;
       if (result == RequestHandler::Result::kAborted) {
         outcome = Outcome::kUnfinished;
@@ -94,8 +90,6 @@ void Server::Work(int cpu) {
       }
       metrics_->OnEnd(request.hot, request.scheduled, end, outcome);
     }
-    absl::MutexLock lock(&mu_);
-    if (--running_ == 0 && queue_.empty()) idle_.SignalAll();
   }
 }
 

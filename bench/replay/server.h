@@ -1,9 +1,10 @@
 // File: bench/replay/server.h
 // -----------------------------------------------------------------------------
-// The server under test: a fixed pool of worker threads (Tomcat's model)
-// behind an unbounded FIFO queue, all pinned to one CPU. It never refuses a
-// request: a request waits in the queue however long it is, and one that is
-// dequeued after its client gave up is dropped without being worked on.
+// The server under test, one per pod: a fixed pool of worker threads
+// (Tomcat's model) behind an unbounded FIFO queue, all pinned to one CPU. It
+// never refuses a request: a request waits in the queue however long it is,
+// and one that is dequeued after its client gave up is dropped without being
+// worked on.
 
 #ifndef PADDOCK_BENCH_REPLAY_SERVER_H_
 #define PADDOCK_BENCH_REPLAY_SERVER_H_
@@ -36,11 +37,11 @@ class RequestHandler {
 
 class Server {
  public:
-  // Starts `workers` threads pinned to `cpu`. `handler` and `metrics` must
-  // outlive the server. A request is failed once `timeout_nanos` passed
-  // since its scheduled arrival.
-  Server(int workers, int cpu, int64_t timeout_nanos, RequestHandler* handler,
-         RunMetrics* metrics);
+  // Starts `workers` threads pinned to `cpu`, counted in `metrics` as pod
+  // `pod`'s. `handler` and `metrics` must outlive the server. A request is
+  // failed once `timeout_nanos` passed since its scheduled arrival.
+  Server(int pod, int workers, int cpu, int64_t timeout_nanos,
+         RequestHandler* handler, RunMetrics* metrics);
 
   // Stops (see Stop()).
   ~Server();
@@ -48,12 +49,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Queues `request`. Never blocks beyond a short lock. Thread-safe.
+  // Queues `request`; once stopping, ends it as unfinished instead. Never
+  // blocks beyond a short lock. Thread-safe.
   void Submit(const Request& request) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Blocks until every submitted request has ended or `deadline`
-  // (MonotonicNanos()) passed. Returns whether all ended.
-  bool WaitIdle(int64_t deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends the requests still queued as unfinished, lets the running ones
   // return and joins the workers. Idempotent.
@@ -62,15 +60,14 @@ class Server {
  private:
   void Work(int cpu);
 
+  const int pod_;
   const int64_t timeout_;
   RequestHandler* const handler_;
   RunMetrics* const metrics_;
 
   absl::Mutex mu_;
   absl::CondVar work_ready_;
-  absl::CondVar idle_;
   std::deque<Request> queue_ ABSL_GUARDED_BY(mu_);
-  int running_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
