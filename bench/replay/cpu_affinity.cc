@@ -48,6 +48,28 @@ absl::Status PinCurrentThread(int cpu) {
   return absl::OkStatus();
 }
 
+absl::Status PinProcess(pid_t pid, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  // sched_setaffinity acts on one thread: each of /proc/<pid>/task.
+  std::error_code error;
+  const std::filesystem::path tasks = absl::StrCat("/proc/", pid, "/task");
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    const pid_t tid = std::stoi(task.path().filename().string());
+    if (sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH) {
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("paddock_replay: cannot pin process ", pid,
+                              " to CPU ", cpu));
+    }
+  }
+  if (error) {
+    return absl::NotFoundError(absl::StrCat("paddock_replay: no process ", pid,
+                                            ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MakeCurrentThreadRealTime() {
   sched_param param{};
   param.sched_priority = sched_get_priority_min(SCHED_FIFO);

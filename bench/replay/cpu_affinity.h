@@ -23,6 +23,11 @@ std::vector<int> AllowedCpus();
 // pinning. Returns the OS error, with the CPU, on failure.
 absl::Status PinCurrentThread(int cpu);
 
+// Pins every thread process `pid` has now to `cpu` (for a server the replay
+// started: it inherited the pinning of the thread that forked it). Returns
+// the OS error, with the CPU, on failure.
+absl::Status PinProcess(pid_t pid, int cpu);
+
 // Runs the calling thread under SCHED_FIFO at the lowest real-time priority,
 // so that it preempts ordinary threads on its CPU as soon as it wakes: for
 // the load generator and the sampler when a busy database shares their CPU.

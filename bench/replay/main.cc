@@ -33,6 +33,9 @@
 #include "pg_backend.h"
 #include "postgres/throwaway_postgres.h"
 #endif
+#ifdef PADDOCK_REPLAY_REDIS
+#include "redis_server.h"
+#endif
 
 ABSL_FLAG(std::string, scenario, "hotkey-200rps",
           "hotkey-200rps (seed 000) or member-page-90rps (seed 004)");
@@ -247,15 +250,15 @@ int Main(int argc, char** argv) {
   }
   config.shared = *shared;
   config.backend = *backend;
+#ifndef PADDOCK_REPLAY_REDIS
   if (config.shared == SharedTierKind::kRedis) {
-    // The Redis tier (paddock::RedisTier) is not built in yet. With it: start
-    // a redis-server on a unix socket here, as the PostgreSQL below, and set
-    // each pod's tier in PodCacheOptions (replay.cc).
     std::fprintf(stderr,
-                 "paddock_replay: --shared=redis: not built with the Redis "
-                 "tier (paddock::RedisTier); only --shared=none for now\n");
+                 "paddock_replay: --shared=redis: built without the Redis "
+                 "tier (Debian: libhiredis-dev, redis-server; "
+                 "scripts/install-deps installs them)\n");
     return 2;
   }
+#endif
   if (!config.cpus.warning.empty()) {
     std::fprintf(stderr, "paddock_replay: %s\n", config.cpus.warning.c_str());
   }
@@ -335,8 +338,35 @@ int Main(int argc, char** argv) {
     return 2;
   }
 
+#ifdef PADDOCK_REPLAY_REDIS
+  // The fleet's tier: a redis-server of our own on a unix socket in a
+  // temporary directory, no TCP port, nothing saved; stopped by pid when
+  // `redis` goes. On the database's CPU: in production it is another
+  // machine, not the pods' CPU.
+  std::unique_ptr<testing::RedisServer> redis;
+  if (config.shared == SharedTierKind::kRedis) {
+    absl::StatusOr<std::unique_ptr<testing::RedisServer>> started =
+        testing::RedisServer::Start();
+    if (!started.ok()) {
+      std::fprintf(stderr, "paddock_replay: --shared=redis: %s\n",
+                   started.status().ToString().c_str());
+      return 1;
+    }
+    redis = *std::move(started);
+    config.redis_address = redis->address();
+    const int redis_cpu =
+        config.db_cpu >= 0 ? config.db_cpu : config.cpus.client_cpu;
+    if (absl::Status s = PinProcess(redis->pid(), redis_cpu); !s.ok()) {
+      std::fprintf(stderr, "paddock_replay: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+#endif
+
   std::vector<PolicyResult> results;
   for (const std::string& name : policies) {
+    // Every policy's fleet starts cold, its local caches and its tier alike.
+    config.redis_key_prefix = absl::StrCat("replay:", name, ":");
     absl::StatusOr<PolicyResult> result = RunPolicy(config, name);
     if (!result.ok()) {
       std::fprintf(stderr, "%s\n",

@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -31,14 +32,20 @@
 #include "fmt/format.h"
 #include "metrics.h"
 #include "paddock/cache.h"
+#include "paddock/codec.h"
 #include "paddock/executor.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
+#include "paddock/shared_tier.h"
 #include "pg_backend.h"
 #include "scenario.h"
 #include "server.h"
 #include "shared_arena.h"
+
+#ifdef PADDOCK_REPLAY_REDIS
+#include "paddock/redis.h"
+#endif
 
 namespace paddock::replay {
 namespace {
@@ -51,12 +58,35 @@ struct Page {
   int64_t built_at = 0;  // MonotonicNanos() at the end of the rebuild.
 };
 
+}  // namespace
+}  // namespace paddock::replay
+
+// How a page crosses to the other pods through the shared tier: its build
+// time as decimal text. CLOCK_MONOTONIC is one clock for every process on
+// the machine, so another pod's build time reads as the same instant.
+template <>
+struct paddock::Codec<paddock::replay::Page> {
+  static std::string Encode(const paddock::replay::Page& page) {
+    return Codec<int64_t>::Encode(page.built_at);
+  }
+  static absl::StatusOr<paddock::replay::Page> Decode(std::string_view bytes) {
+    absl::StatusOr<int64_t> built_at = Codec<int64_t>::Decode(bytes);
+    if (!built_at.ok()) return built_at.status();
+    return paddock::replay::Page{*built_at};
+  }
+};
+
+namespace paddock::replay {
+namespace {
+
 // What a pod's request handling shares, in the pod's process.
 struct PodState {
   const Scenario& scenario;
   RunMetrics& metrics;             // The fleet's, in shared memory.
   const std::atomic<bool>& abort;  // Set when the run is over.
   Backend& backend;                // This pod's.
+  // --shared=redis: this pod's connection to the fleet's tier; else null.
+  std::shared_ptr<SharedTier> shared;
 };
 
 // The hot key's rebuild, instrumented: counts the loads in flight.
@@ -112,18 +142,17 @@ class StaleCounter final : public Listener {
 // The options of pod `pod`'s cache. Every pod builds its own cache, with its
 // own refresh pool (`refresh_pool`, on the server CPU) and seed; this is the
 // one place where a pod's cache is configured.
-Options PodCacheOptions(const RunConfig& config, int pod, absl::Duration ttl,
-                        Executor* refresh_pool, Listener* listener) {
+Options PodCacheOptions(const RunConfig& config, const PodState& state, int pod,
+                        absl::Duration ttl, Executor* refresh_pool,
+                        Listener* listener) {
   Options options{.ttl = ttl,
                   .wait_timeout = config.scenario.wait_timeout,
                   .executor = refresh_pool,
                   // Pods draw independently (pod 0 keeps --seed; 0 stays
                   // "random").
                   .seed = config.seed == 0 ? 0 : config.seed + pod,
-                  .listener = listener};
-  // --shared=redis: set `options.shared` to this pod's tier here (a
-  // RedisTier on the redis-server main() starts). main() refuses the flag
-  // until the Redis tier is built in.
+                  .listener = listener,
+                  .shared = state.shared};
   return options;
 }
 
@@ -136,10 +165,10 @@ class CachedHandler final : public PodHandler {
       : state_(state),
         refresh_pool_(config.scenario.refresh_threads),
         stale_counter_(state.metrics),
-        cache_(
-            [&state](const std::string&) { return Rebuild(state); },
-            PodCacheOptions(config, pod, ttl, &refresh_pool_, &stale_counter_),
-            policy) {}
+        cache_([&state](const std::string&) { return Rebuild(state); },
+               PodCacheOptions(config, state, pod, ttl, &refresh_pool_,
+                               &stale_counter_),
+               policy) {}
 
   Result Handle(const Request& request) override {
     if (!request.hot) return OtherOperation(state_);
@@ -197,7 +226,26 @@ int PodMain(const RunConfig& config, const HandlerFactory& factory,
     return 2;
 #endif
   }
-  PodState state{s, metrics, control.abort, *backend};
+  PodState state{s, metrics, control.abort, *backend, nullptr};
+  if (config.shared == SharedTierKind::kRedis) {
+#ifdef PADDOCK_REPLAY_REDIS
+    // Each pod connects after the fork: a tier's connections and threads
+    // belong to one process.
+    RedisOptions tier_options;
+    tier_options.address = config.redis_address;
+    tier_options.key_prefix = config.redis_key_prefix;
+    absl::StatusOr<std::shared_ptr<RedisTier>> tier =
+        RedisTier::Connect(tier_options);
+    if (!tier.ok()) {
+      control.Fail(pod, tier.status());
+      return 2;
+    }
+    state.shared = *std::move(tier);
+#else
+    control.Fail(pod, absl::UnimplementedError("built without paddock::redis"));
+    return 2;
+#endif
+  }
   std::unique_ptr<PodHandler> handler;
   try {
     handler = factory(state, pod);

@@ -43,6 +43,10 @@ struct RunConfig {
   // The server: `pods` processes, each with `scenario.workers` workers.
   int pods = 1;
   SharedTierKind shared = SharedTierKind::kNone;
+  // kRedis: the server every pod connects to ("unix:<path>"), and the key
+  // prefix of this run (each policy's run starts with an empty tier).
+  std::string redis_address;
+  std::string redis_key_prefix = "replay:v1:";
 
   // What the hot key's rebuild runs against.
   BackendKind backend = BackendKind::kCpu;

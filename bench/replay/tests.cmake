@@ -13,18 +13,21 @@ if(TARGET paddock_replay)
                                                LABELS "bench;replay")
 endif()
 
-# Seed 004's member page against a throwaway PostgreSQL, served by two pods.
-# Skipped when no PostgreSQL server is installed.
-if(TARGET paddock_replay AND TARGET paddock_example_postgres)
+# Seed 004's member page against a throwaway PostgreSQL, served by two pods
+# sharing a throwaway Redis: SingleFlight loads about once per expiry for the
+# fleet. Skipped when no PostgreSQL server is installed.
+if(TARGET paddock_replay
+   AND TARGET paddock_example_postgres
+   AND TARGET paddock::redis)
   add_test(
     NAME replay.postgres_smoke
     COMMAND
       ${CMAKE_COMMAND} -DREPLAY=$<TARGET_FILE:paddock_replay>
       -DOUT_DIR=${CMAKE_CURRENT_BINARY_DIR}/replay_postgres_smoke
-      -DSCENARIO=member-page-90rps -DBACKEND=postgres -DPODS=2 -DSHARED=none
+      -DSCENARIO=member-page-90rps -DBACKEND=postgres -DPODS=2 -DSHARED=redis
       -DSTATEMENTS=2 -P ${CMAKE_CURRENT_LIST_DIR}/check_replay.cmake)
   set_tests_properties(
     replay.postgres_smoke
-    PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 LABELS "bench;replay;postgres"
+    PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 LABELS "bench;replay;postgres;redis"
                SKIP_REGULAR_EXPRESSION "SKIP: replay")
 endif()
