@@ -115,6 +115,42 @@ TEST_F(AsyncTest, AValueServedAtOnceCallsBackInline) {
   EXPECT_EQ(executor_.pending(), 0u);
 }
 
+// Any callable a Callback can hold takes the same paths: called directly on
+// a hit, wrapped when it has to wait. A move-only one, an lvalue one, and
+// one invocable only as an rvalue (which goes through a Callback).
+TEST_F(AsyncTest, AnyCallableIsCalledOnAHitAndOnAMiss) {
+  StringCache cache(Loader(), options_);
+  std::vector<std::string> got;
+  auto token = std::make_unique<int>(7);
+  cache.GetAsync(
+      "k", [&got, token = std::move(token)](absl::StatusOr<std::string> v) {
+        got.push_back(absl::StrCat(*v, "/", *token));
+      });
+  EXPECT_TRUE(got.empty());  // A miss: it waits for the load.
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], "k#1/7");
+
+  auto lvalue = [&got](const absl::StatusOr<std::string>& v) {
+    got.push_back(*v);
+  };
+  cache.GetAsync("k", lvalue);  // A hit: inline.
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1], "k#1");
+
+  struct RvalueOnly {
+    std::vector<std::string>* got;
+    void operator()(absl::StatusOr<std::string> v) && { got->push_back(*v); }
+  };
+  RvalueOnly rvalue_only{&got};
+  cache.GetAsync("k", rvalue_only);  // Not callable as an lvalue: wrapped.
+  cache.GetAsync("other", RvalueOnly{&got});
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[2], "k#1");
+  EXPECT_EQ(got[3], "other#2");
+}
+
 TEST_F(AsyncTest, AStaleValueIsServedInlineWhileARefreshIsQueued) {
   Cache<std::string, std::string, SoftTtl> cache(
       [this](const std::string& k) -> absl::StatusOr<std::string> {
