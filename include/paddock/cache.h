@@ -910,11 +910,8 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const K& key, F&& done) {
     }
     return;
   }
-  if constexpr (std::is_same_v<std::remove_cvref_t<F>, Callback>) {
-    GetAsyncMiss(shard, key, hash, std::move(done));
-  } else {
-    GetAsyncMiss(shard, key, hash, Callback(std::forward<F>(done)));
-  }
+  // A Callback is moved on; any other callable is wrapped now, to wait.
+  GetAsyncMiss(shard, key, hash, Callback(std::forward<F>(done)));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
