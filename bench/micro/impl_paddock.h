@@ -22,16 +22,18 @@
 namespace paddock_bench {
 
 template <typename Policy>
-constexpr std::string_view kPaddockName = "paddock_unknown";
+inline constexpr std::string_view kPaddockName = "paddock_unknown";
 template <>
-constexpr std::string_view kPaddockName<paddock::SingleFlight> =
+inline constexpr std::string_view kPaddockName<paddock::SingleFlight> =
     "paddock_SingleFlight";
 template <>
-constexpr std::string_view kPaddockName<paddock::XFetch> = "paddock_XFetch";
+inline constexpr std::string_view kPaddockName<paddock::XFetch> =
+    "paddock_XFetch";
 template <>
-constexpr std::string_view kPaddockName<paddock::SoftTtl> = "paddock_SoftTtl";
+inline constexpr std::string_view kPaddockName<paddock::SoftTtl> =
+    "paddock_SoftTtl";
 template <>
-constexpr std::string_view kPaddockName<paddock::NaiveJitter> =
+inline constexpr std::string_view kPaddockName<paddock::NaiveJitter> =
     "paddock_NaiveJitter";
 
 template <typename Policy>
