@@ -227,7 +227,7 @@ class CacheModel {
     Entry* current = Find(key);
     Entry* e =
         NewEntry(key, current != nullptr ? current->load_duration : 0, now_);
-    e->value = std::move(value);
+    e->value = value;
     Store(current, e, now_);
   }
 
