@@ -268,8 +268,8 @@ absl::StatusOr<bool> RedisTier::Fill(std::string_view key,
   const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
   const std::string message =
       internal::EncodeChangeMessage(ChangeKind::kFill, 0, key);
-  const std::vector<std::string> record =
-      internal::RecordArgs(fill, fill.version.empty() ? NewUniqueId() : fill.version);
+  const std::vector<std::string> record = internal::RecordArgs(
+      fill, fill.version.empty() ? NewUniqueId() : fill.version);
 
   const std::string_view keys[] = {record_key, lease_key};
   std::vector<std::string_view> args = {lease_token, s.channel, message};
@@ -311,8 +311,8 @@ absl::Status RedisTier::Put(std::string_view key, const SharedFill& fill,
   const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
   const std::string message =
       internal::EncodeChangeMessage(ChangeKind::kPut, origin, key);
-  const std::vector<std::string> record =
-      internal::RecordArgs(fill, fill.version.empty() ? NewUniqueId() : fill.version);
+  const std::vector<std::string> record = internal::RecordArgs(
+      fill, fill.version.empty() ? NewUniqueId() : fill.version);
 
   const std::string_view keys[] = {record_key, lease_key};
   std::vector<std::string_view> args = {s.channel, message};
