@@ -184,6 +184,64 @@ TEST_F(NodeTableTest, InsertReusesTheTombstoneOfAnErasedNode) {
   EXPECT_EQ(table_.size(), 3u);
 }
 
+TEST_F(NodeTableTest, ErasingTheEndOfAProbeRunLeavesNoTombstone) {
+  // One node at a time, each erased before the next: every erased slot is
+  // followed by an empty one, so it becomes empty itself and the slot array
+  // never fills with tombstones (which would force a rebuild, retiring it).
+  Insert(MakeNode(0));
+  table_.Erase(nodes_.back().get());
+  const size_t slots = Slots();
+  const size_t pending = PendingRetirements();
+  for (int key = 1; key < 10'000; ++key) {
+    Node* n = MakeNode(key);
+    Insert(n);
+    table_.Erase(n);
+    ASSERT_EQ(PendingRetirements(), pending) << "rebuilt at key " << key;
+  }
+  EXPECT_EQ(Slots(), slots);
+  EXPECT_EQ(table_.size(), 0u);
+  EXPECT_EQ(Find(5), nullptr);
+}
+
+TEST_F(NodeTableTest, ErasingARunFromItsEndKeepsTheRestFindable) {
+  // Five nodes with one hash make one probe run. Erasing from the middle
+  // leaves tombstones (later nodes are reached through them); erasing the
+  // last then clears the run back to the last live node, which stays
+  // findable, as does everything before it.
+  constexpr size_t kHash = 42;
+  std::vector<Node*> run;
+  for (int key = 0; key < 5; ++key) {
+    run.push_back(MakeNode(kHash, key));
+    Insert(run.back());
+  }
+  table_.Erase(run[2]);
+  table_.Erase(run[3]);
+  EXPECT_EQ(Find(kHash, 4), run[4]);  // Through two tombstones.
+  table_.Erase(run[4]);
+  EXPECT_EQ(Find(kHash, 0), run[0]);
+  EXPECT_EQ(Find(kHash, 1), run[1]);
+  for (int key = 2; key < 5; ++key) EXPECT_EQ(Find(kHash, key), nullptr);
+  Node* again = MakeNode(kHash, 3);
+  Insert(again);
+  EXPECT_EQ(Find(kHash, 3), again);
+  EXPECT_EQ(table_.size(), 3u);
+}
+
+TEST_F(NodeTableTest, GrowthDoublesTheSlotArray) {
+  // Slots are a large part of an entry's bytes: growth doubles the array
+  // (load a quarter to a half), never quadruples it.
+  size_t slots = Slots();
+  for (int key = 0; key < 4096; ++key) {
+    Insert(MakeNode(key));
+    if (Slots() != slots) {
+      EXPECT_EQ(Slots(), 2 * slots) << "at key " << key;
+      slots = Slots();
+    }
+    ASSERT_LE(2 * table_.size(), Slots());
+  }
+  EXPECT_LE(Slots(), 4u * 4096);
+}
+
 TEST_F(NodeTableTest, ChurnThroughDistinctKeysKeepsTheTableBounded) {
   // Insert a new key and erase the oldest, 20000 times: every erase leaves a
   // tombstone where no insert lands. Cleanup must keep the table small.

@@ -6,6 +6,11 @@
 // tombstone cleanup build a new slot array, publish it and hand the old one to
 // the writer's `RetireList`, which retires it once the writer's lock is
 // released.
+//
+// A slot keeps a few bits of its node's hash in the pointer's alignment bits,
+// so a probe passes a node of another key without reading it: on a large
+// table every node read is a cache miss, and it was most of a lookup's time
+// (docs/benchmarks.md, "Where the time went").
 
 #ifndef PADDOCK_INTERNAL_NODE_TABLE_H_
 #define PADDOCK_INTERNAL_NODE_TABLE_H_
@@ -15,6 +20,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "absl/base/attributes.h"
@@ -23,9 +29,12 @@
 
 namespace paddock::internal {
 
-// `Node` must have a `size_t hash` member.
+// `Node` must have a `size_t hash` member and an alignment of at least 8
+// (16 gives each slot three bits of hash instead of two).
 template <typename Node>
 class NodeTable {
+  static_assert(alignof(Node) >= 8, "a slot keeps hash bits in its low bits");
+
  public:
   NodeTable() : slots_(new Slots(kMinCapacity)) {}
   ~NodeTable() { delete slots_.load(std::memory_order_relaxed); }
@@ -38,10 +47,13 @@ class NodeTable {
   ABSL_ATTRIBUTE_ALWAYS_INLINE Node* Find(size_t hash,
                                           const Matches& matches) const {
     const Slots* s = slots_.load(std::memory_order_acquire);
+    const uintptr_t tag = TagOf(hash);
     for (size_t i = hash & s->mask;; i = (i + 1) & s->mask) {
-      Node* n = s->slot[i].load(std::memory_order_acquire);
-      if (n == nullptr) return nullptr;
-      if (n != Tombstone() && n->hash == hash && matches(n)) return n;
+      const uintptr_t v = s->slot[i].load(std::memory_order_acquire);
+      if (v == kEmpty) return nullptr;
+      if ((v & kLowMask) != tag) continue;  // Another key, or a tombstone.
+      Node* n = NodeOf(v);
+      if (n->hash == hash && matches(n)) return n;
     }
   }
 
@@ -53,16 +65,19 @@ class NodeTable {
   void Reserve(size_t live, RetireList<Node>& retired) {
     const Slots* old = slots_.load(std::memory_order_relaxed);
     if ((live + tombstones_) * 2 <= old->mask + 1) return;
-    const size_t capacity = std::max(kMinCapacity, std::bit_ceil(live * 4));
+    // After growth a third to a sixth of the slots are taken: a doubling,
+    // not more (slots are a fifth of an entry's bytes). Tombstone cleanup at
+    // a quarter full keeps the size.
+    const size_t capacity = std::max(kMinCapacity, std::bit_ceil(live * 3));
     auto* fresh = new Slots(capacity);
     for (size_t i = 0; i <= old->mask; ++i) {
-      Node* n = old->slot[i].load(std::memory_order_relaxed);
-      if (n == nullptr || n == Tombstone()) continue;
-      size_t j = n->hash & fresh->mask;
-      while (fresh->slot[j].load(std::memory_order_relaxed) != nullptr) {
+      const uintptr_t v = old->slot[i].load(std::memory_order_relaxed);
+      if (v == kEmpty || v == kTombstone) continue;
+      size_t j = NodeOf(v)->hash & fresh->mask;
+      while (fresh->slot[j].load(std::memory_order_relaxed) != kEmpty) {
         j = (j + 1) & fresh->mask;
       }
-      fresh->slot[j].store(n, std::memory_order_relaxed);
+      fresh->slot[j].store(v, std::memory_order_relaxed);
     }
     tombstones_ = 0;
     slots_.store(fresh, std::memory_order_release);
@@ -82,10 +97,10 @@ class NodeTable {
   void InsertReserved(Node* n) {
     Slots* s = slots_.load(std::memory_order_relaxed);
     for (size_t i = n->hash & s->mask;; i = (i + 1) & s->mask) {
-      Node* cur = s->slot[i].load(std::memory_order_relaxed);
-      if (cur == nullptr || cur == Tombstone()) {
-        if (cur == Tombstone()) --tombstones_;
-        s->slot[i].store(n, std::memory_order_release);
+      const uintptr_t cur = s->slot[i].load(std::memory_order_relaxed);
+      if (cur == kEmpty || cur == kTombstone) {
+        if (cur == kTombstone) --tombstones_;
+        s->slot[i].store(Tagged(n), std::memory_order_release);
         ++live_;
         return;
       }
@@ -94,14 +109,31 @@ class NodeTable {
 
   // Puts `replacement` where `old` is; both have the same key.
   void Replace(Node* old, Node* replacement) {
-    SlotOf(old).store(replacement, std::memory_order_release);
+    SlotOf(old).store(Tagged(replacement), std::memory_order_release);
   }
 
   // Removes `old`.
   void Erase(Node* old) {
-    SlotOf(old).store(Tombstone(), std::memory_order_release);
+    Slots* s = slots_.load(std::memory_order_relaxed);
+    size_t i = IndexOf(s, old);
     --live_;
-    ++tombstones_;
+    if (s->slot[(i + 1) & s->mask].load(std::memory_order_relaxed) != kEmpty) {
+      s->slot[i].store(kTombstone, std::memory_order_release);
+      ++tombstones_;
+      return;
+    }
+    // Followed by an empty slot, the slot can be empty too, and so can the
+    // tombstones before it: every probe through them stops at that empty
+    // slot anyway, so a reader in the middle of one finds what it would have.
+    // Without this, eviction fills the table with tombstones and each
+    // cleanup rebuilds the whole slot array.
+    s->slot[i].store(kEmpty, std::memory_order_release);
+    for (i = (i - 1) & s->mask;
+         s->slot[i].load(std::memory_order_relaxed) == kTombstone;
+         i = (i - 1) & s->mask) {
+      s->slot[i].store(kEmpty, std::memory_order_release);
+      --tombstones_;
+    }
   }
 
   size_t size() const { return live_; }
@@ -111,15 +143,15 @@ class NodeTable {
   void ForEach(const F& f) const {
     const Slots* s = slots_.load(std::memory_order_relaxed);
     for (size_t i = 0; i <= s->mask; ++i) {
-      Node* n = s->slot[i].load(std::memory_order_relaxed);
-      if (n != nullptr && n != Tombstone()) f(n);
+      const uintptr_t v = s->slot[i].load(std::memory_order_relaxed);
+      if (v != kEmpty && v != kTombstone) f(NodeOf(v));
     }
   }
 
   // Bytes of slot array, for memory accounting.
   size_t slot_bytes() const {
     return (slots_.load(std::memory_order_relaxed)->mask + 1) *
-           sizeof(std::atomic<Node*>);
+           sizeof(std::atomic<uintptr_t>);
   }
 
  private:
@@ -127,29 +159,52 @@ class NodeTable {
   // Live nodes and tombstones take at most half of the slots, so probes stay
   // short and every probe sequence meets an empty slot.
 
+  // A slot holds a node's address with `kTagBits` of its hash in the low
+  // bits, which the node's alignment leaves zero. The bit above them marks a
+  // tombstone (whose address is null), so no tag ever matches one and a
+  // probe needs a single comparison per slot.
+  static constexpr uintptr_t kMarker = alignof(Node) >= 16 ? 8 : 4;
+  static constexpr int kTagBits = alignof(Node) >= 16 ? 3 : 2;
+  static constexpr uintptr_t kTagMask = kMarker - 1;
+  static constexpr uintptr_t kLowMask = kMarker | kTagMask;
+  static constexpr uintptr_t kEmpty = 0;
+  static constexpr uintptr_t kTombstone = kMarker;
+
+  // The tag comes from the hash's top bits: its low bits pick the slot.
+  static uintptr_t TagOf(size_t hash) {
+    return static_cast<uintptr_t>(
+        hash >> (std::numeric_limits<size_t>::digits - kTagBits));
+  }
+  static uintptr_t Tagged(Node* n) {
+    return reinterpret_cast<uintptr_t>(n) | TagOf(n->hash);
+  }
+  static Node* NodeOf(uintptr_t v) {
+    return reinterpret_cast<Node*>(v & ~kLowMask);
+  }
+
   struct Slots {
     explicit Slots(size_t capacity)
-        : mask(capacity - 1), slot(new std::atomic<Node*>[capacity]) {
+        : mask(capacity - 1), slot(new std::atomic<uintptr_t>[capacity]) {
       for (size_t i = 0; i < capacity; ++i) {
-        slot[i].store(nullptr, std::memory_order_relaxed);
+        slot[i].store(kEmpty, std::memory_order_relaxed);
       }
     }
     const size_t mask;
-    const std::unique_ptr<std::atomic<Node*>[]> slot;
+    const std::unique_ptr<std::atomic<uintptr_t>[]> slot;
   };
 
-  static Node* Tombstone() {
-    static char marker;
-    return reinterpret_cast<Node*>(&marker);
-  }
-
-  std::atomic<Node*>& SlotOf(Node* n) {
-    Slots* s = slots_.load(std::memory_order_relaxed);
+  static size_t IndexOf(const Slots* s, Node* n) {
+    const uintptr_t v = Tagged(n);
     size_t i = n->hash & s->mask;
-    while (s->slot[i].load(std::memory_order_relaxed) != n) {
+    while (s->slot[i].load(std::memory_order_relaxed) != v) {
       i = (i + 1) & s->mask;
     }
-    return s->slot[i];
+    return i;
+  }
+
+  std::atomic<uintptr_t>& SlotOf(Node* n) {
+    Slots* s = slots_.load(std::memory_order_relaxed);
+    return s->slot[IndexOf(s, n)];
   }
 
   std::atomic<Slots*> slots_;
