@@ -37,24 +37,40 @@ struct EntryExtras {
   std::string shared_version;
 };
 
+// Fields in the order a lookup reads them: a hit reads `hash` to `value`,
+// which for small keys and values share the entry's first cache line; the
+// eviction order's fields follow. Aligned to 16 so that a table slot can keep
+// four bits of the hash beside the address (node_table.h).
 template <typename K, typename V>
-struct Entry {
+struct alignas(16) Entry {
   Entry(size_t hash, const K& key) : hash(hash), key(key) {}
 
   // Read by lookups without a lock; never changes after publication.
   const size_t hash;
+
+  // Written by lookups, one-way and only when it changes.
+  std::atomic<bool> visited{false};     // SIEVE's bit.
+  std::atomic<bool> refreshing{false};  // A refresh was asked for.
+  // Guarded by the shard's mutex; shares a word with the flags above.
+  uint32_t heap_index = 0;
+
   // Until then a hit serves the value without asking the policy.
   int64_t quiet_until = std::numeric_limits<int64_t>::min();
   const K key;
   std::optional<V> value;  // Empty in a remembered error.
+
+  // Guarded by the shard's mutex.
+  Entry* older = nullptr;
+  Entry* newer = nullptr;
+
+  int64_t keep_until = 0;  // Never served after; evicted first after.
+  std::unique_ptr<EntryExtras> extras;  // Null for most entries.
   int64_t loaded_at = 0;
   int64_t expires_at = 0;  // Fresh until then.
-  int64_t keep_until = 0;  // Never served after; evicted first after.
   // Stale-if-error (RFC 5861): until then the value stands in for a failed
   // load (`Lifetime::serve_on_error_for`, SoftTtl's `stale_if_error`).
   int64_t stale_if_error_until = 0;
   int64_t load_duration = 0;
-  std::unique_ptr<EntryExtras> extras;  // Null for most entries.
 
   // A remembered error (OK if none) and until when it answers.
   const absl::Status& error() const {
@@ -77,21 +93,10 @@ struct Entry {
     return *extras;
   }
 
-  // Written by lookups, one-way and only when it changes.
-  std::atomic<bool> visited{false};     // SIEVE's bit.
-  std::atomic<bool> refreshing{false};  // A refresh was asked for.
-
   // After then the entry answers nobody: its value is past `keep_until` and
   // a remembered error past `error_until`. Eviction takes such entries
   // first.
   int64_t evict_after() const { return std::max(keep_until, error_until()); }
-
-  // Guarded by the shard's mutex. `heap_index` shares a word with the flags
-  // above, which keeps an entry of uint64_t key and value in a 128-byte
-  // malloc chunk rather than a 144-byte one.
-  uint32_t heap_index = 0;
-  Entry* older = nullptr;
-  Entry* newer = nullptr;
 };
 
 // The entry that remembers a failed load of `key` for `error_ttl`, made when
