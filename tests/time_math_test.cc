@@ -45,6 +45,21 @@ TEST(ToNanosSaturatedTest, FiniteDurationsBeyondTheInt64RangeSaturate) {
   EXPECT_EQ(ToNanosSaturated(absl::Nanoseconds(kEarliest)), kEarliest);
 }
 
+TEST(ToNanosSaturatedTest, AgreesWithAbslOnBothSidesOfTheFastPath) {
+  // The inline fast path covers [0, 2^33 s); absl converts everything else.
+  const absl::Duration edge = absl::Seconds(int64_t{1} << 33);
+  for (absl::Duration d :
+       {absl::ZeroDuration(), absl::Nanoseconds(1), absl::Nanoseconds(999),
+        absl::Nanoseconds(1) / 4, absl::Nanoseconds(7) / 2, absl::Seconds(1),
+        absl::Hours(1) + absl::Nanoseconds(3), absl::Hours(24 * 365 * 200),
+        edge - absl::Nanoseconds(1), edge, edge + absl::Nanoseconds(1),
+        -absl::Nanoseconds(1), -absl::Nanoseconds(1) / 4, -absl::Hours(1),
+        -edge}) {
+    EXPECT_EQ(ToNanosSaturated(d), absl::ToInt64Nanoseconds(d))
+        << absl::FormatDuration(d);
+  }
+}
+
 TEST(AddSaturatedTest, AddsWithinTheRange) {
   EXPECT_EQ(AddSaturated(1'000, absl::Nanoseconds(234)), 1'234);
   EXPECT_EQ(AddSaturated(1'000, -absl::Microseconds(2)), -1'000);
