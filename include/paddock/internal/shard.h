@@ -18,6 +18,7 @@
 #ifndef PADDOCK_INTERNAL_SHARD_H_
 #define PADDOCK_INTERNAL_SHARD_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <cstddef>
@@ -217,9 +218,13 @@ class alignas(64) Shard {
       return 0;
     }
     try {
-      // Allocate first, so a failure leaves the shard as it was.
-      table_.Reserve(table_.size() + 1, w.retired_);
-      expiry_.ReserveOne();
+      // Allocate first, so a failure leaves the shard as it was. A full
+      // shard evicts before it inserts: it needs no room beyond capacity
+      // (reserving it would double a full shard's slot array).
+      table_.Reserve(
+          std::min(table_.size() + 1, std::max<size_t>(capacity_, 1)),
+          w.retired_);
+      if (table_.size() < capacity_) expiry_.ReserveOne();
     } catch (...) {
       w.retired_.Add(n.release());  // Its V must not die under the lock.
       throw;
