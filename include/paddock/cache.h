@@ -819,6 +819,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
   const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
   internal::ThreadRecord* const record = internal::CurrentThreadRecord();
+  bool found;
   {
     internal::EpochGuard guard(record);
     const Entry* n = shard.Find(hash, key, eq_);
@@ -827,7 +828,10 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
       recorder_.Hit(record);
       return *n->value;
     }
+    found = n != nullptr;
   }
+  // A key with no entry goes straight to the locked path, which looks again.
+  if (!found) return GetSlow(shard, key, hash);
   return GetUnquiet(shard, key, hash);
 }
 
@@ -879,6 +883,7 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
     Shard& shard, const K& key, size_t hash) {
   internal::ThreadRecord* const record = internal::CurrentThreadRecord();
   std::optional<absl::StatusOr<V>> result;
+  bool found;
   {
     internal::EpochGuard guard(record);
     const Entry* n = shard.Find(hash, key, eq_);
@@ -887,8 +892,10 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
       recorder_.Hit(record);
       result.emplace(*n->value);
     }
+    found = n != nullptr;
   }
-  if (!result.has_value()) result = ServeNow(shard, key, hash);
+  // Nothing to serve without an entry: the caller's locked path looks again.
+  if (!result.has_value() && found) result = ServeNow(shard, key, hash);
   return result;
 }
 
