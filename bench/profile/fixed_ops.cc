@@ -1,0 +1,137 @@
+// paddock_fixed_ops: the single-thread loops of paddock_micro's BM_HotKeyHit,
+// BM_Zipf and BM_ReadWrite, for a fixed number of operations, for profilers
+// that count rather than time (cachegrind, callgrind). Wall time on a shared
+// VM varies by tens of percent between runs; instruction and simulated
+// cache-miss counts do not. scripts/profile-ops runs it under cachegrind at
+// two sizes and reports the difference per operation, which cancels the
+// setup (trace generation, warm-up).
+//
+//   paddock_fixed_ops <workload> <adapter> <ops>
+//     workload: hot | zipf | readwrite
+//     adapter:  paddock_SingleFlight | paddock_SoftTtl | mutex_unordered_map |
+//               sharded_mutex_flat_hash_map
+//
+// Same keys, cache sizes and adapters as paddock_micro (bench/micro), one
+// thread. Prints a checksum so that nothing is optimised away.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "cache_adapter.h"
+#include "impl_mutex_unordered_map.h"
+#include "impl_paddock.h"
+#include "impl_sharded_mutex_flat_hash_map.h"
+
+namespace paddock_bench {
+namespace {
+
+constexpr uint64_t ScrambleKey(uint64_t i) {
+  return (i + 1) * 0x9e3779b97f4a7c15ULL;
+}
+
+// As in bench/micro/workloads.cc: Zipf(0.99) over 2^20 keys into 2^16
+// entries; ReadWrite 90/10 over 2^16 resident keys in room for 2^17.
+constexpr size_t kZipfKeys = size_t{1} << 20;
+constexpr size_t kZipfCapacity = size_t{1} << 16;
+constexpr size_t kTraceLength = size_t{1} << 20;
+constexpr size_t kReadWriteKeys = size_t{1} << 16;
+
+std::vector<uint64_t> ZipfTrace(uint64_t seed) {
+  std::vector<double> cdf(kZipfKeys);
+  double total = 0;
+  for (size_t r = 0; r < kZipfKeys; ++r) {
+    total += std::pow(static_cast<double>(r + 1), -0.99);
+    cdf[r] = total;
+  }
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(0, total);
+  std::vector<uint64_t> trace(kTraceLength);
+  for (uint64_t& key : trace) {
+    const size_t rank = static_cast<size_t>(
+        std::upper_bound(cdf.begin(), cdf.end(), uniform(rng)) - cdf.begin());
+    key = ScrambleKey(std::min(rank, kZipfKeys - 1));
+  }
+  return trace;
+}
+
+template <typename A>
+uint64_t Run(std::string_view workload, size_t ops) {
+  uint64_t sum = 0;
+  std::atomic<uint64_t> loads{0};
+  if (workload == "hot") {
+    A cache(AdapterConfig{});
+    uint64_t key = ScrambleKey(0);
+    cache.Get(key);
+    for (size_t i = 0; i < ops; ++i) {
+      asm volatile("" : "+r"(key));  // An opaque key, as DoNotOptimize.
+      sum += cache.Get(key);
+    }
+  } else if (workload == "zipf") {
+    A cache(
+        AdapterConfig{.capacity = kZipfCapacity, .loader = {.calls = &loads}});
+    for (uint64_t key : ZipfTrace(2)) sum += cache.Get(key);  // Warm-up.
+    const std::vector<uint64_t> trace = ZipfTrace(1);
+    for (size_t i = 0; i < ops; ++i) sum += cache.Get(trace[i % trace.size()]);
+    // For per-miss figures from a profile of the whole run.
+    std::fprintf(stderr, "loader calls: %llu\n",
+                 static_cast<unsigned long long>(loads.load()));
+  } else if (workload == "readwrite") {
+    A cache(AdapterConfig{.capacity = 2 * kReadWriteKeys});
+    for (size_t i = 0; i < kReadWriteKeys; ++i)
+      sum += cache.Get(ScrambleKey(i));
+    std::vector<uint64_t> trace(kTraceLength);
+    std::mt19937_64 rng(3);
+    std::uniform_int_distribution<uint64_t> index(0, kReadWriteKeys - 1);
+    for (uint64_t& key : trace) key = ScrambleKey(index(rng));
+    for (size_t i = 0; i < ops; ++i) {
+      const uint64_t key = trace[i % trace.size()];
+      if (i % 10 == 0) {
+        cache.Put(key, i);
+      } else {
+        sum += cache.Get(key);
+      }
+    }
+  } else {
+    std::fprintf(stderr, "unknown workload\n");
+    std::exit(2);
+  }
+  return sum;
+}
+
+}  // namespace
+}  // namespace paddock_bench
+
+int main(int argc, char** argv) {
+  using namespace paddock_bench;  // NOLINT(google-build-using-namespace)
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s hot|zipf|readwrite <adapter> <ops>\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::string_view workload = argv[1];
+  const std::string_view adapter = argv[2];
+  const size_t ops = std::strtoull(argv[3], nullptr, 10);
+  uint64_t sum;
+  if (adapter == PaddockSingleFlight::kName) {
+    sum = Run<PaddockSingleFlight>(workload, ops);
+  } else if (adapter == PaddockSoftTtl::kName) {
+    sum = Run<PaddockSoftTtl>(workload, ops);
+  } else if (adapter == MutexUnorderedMap::kName) {
+    sum = Run<MutexUnorderedMap>(workload, ops);
+  } else if (adapter == ShardedMutexFlatHashMap::kName) {
+    sum = Run<ShardedMutexFlatHashMap>(workload, ops);
+  } else {
+    std::fprintf(stderr, "unknown adapter\n");
+    return 2;
+  }
+  std::printf("%llu\n", static_cast<unsigned long long>(sum));
+  return 0;
+}
