@@ -49,10 +49,10 @@ class NodeTable {
     const Slots* s = slots_.load(std::memory_order_acquire);
     const uintptr_t tag = TagOf(hash);
     for (size_t i = hash & s->mask;; i = (i + 1) & s->mask) {
-      const uintptr_t v = s->slot[i].load(std::memory_order_acquire);
+      Slot v = s->slot[i].load(std::memory_order_acquire);
       if (v == kEmpty) return nullptr;
-      if ((v & kLowMask) != tag) continue;  // Another key, or a tombstone.
-      Node* n = NodeOf(v);
+      if (LowBits(v) != tag) continue;  // Another key, or a tombstone.
+      Node* n = reinterpret_cast<Node*>(v - tag);
       if (n->hash == hash && matches(n)) return n;
     }
   }
@@ -71,8 +71,8 @@ class NodeTable {
     const size_t capacity = std::max(kMinCapacity, std::bit_ceil(live * 3));
     auto* fresh = new Slots(capacity);
     for (size_t i = 0; i <= old->mask; ++i) {
-      const uintptr_t v = old->slot[i].load(std::memory_order_relaxed);
-      if (v == kEmpty || v == kTombstone) continue;
+      Slot v = old->slot[i].load(std::memory_order_relaxed);
+      if (v == kEmpty || v == Tombstone()) continue;
       size_t j = NodeOf(v)->hash & fresh->mask;
       while (fresh->slot[j].load(std::memory_order_relaxed) != kEmpty) {
         j = (j + 1) & fresh->mask;
@@ -97,9 +97,9 @@ class NodeTable {
   void InsertReserved(Node* n) {
     Slots* s = slots_.load(std::memory_order_relaxed);
     for (size_t i = n->hash & s->mask;; i = (i + 1) & s->mask) {
-      const uintptr_t cur = s->slot[i].load(std::memory_order_relaxed);
-      if (cur == kEmpty || cur == kTombstone) {
-        if (cur == kTombstone) --tombstones_;
+      Slot cur = s->slot[i].load(std::memory_order_relaxed);
+      if (cur == kEmpty || cur == Tombstone()) {
+        if (cur == Tombstone()) --tombstones_;
         s->slot[i].store(Tagged(n), std::memory_order_release);
         ++live_;
         return;
@@ -118,7 +118,7 @@ class NodeTable {
     size_t i = IndexOf(s, old);
     --live_;
     if (s->slot[(i + 1) & s->mask].load(std::memory_order_relaxed) != kEmpty) {
-      s->slot[i].store(kTombstone, std::memory_order_release);
+      s->slot[i].store(Tombstone(), std::memory_order_release);
       ++tombstones_;
       return;
     }
@@ -129,7 +129,7 @@ class NodeTable {
     // cleanup rebuilds the whole slot array.
     s->slot[i].store(kEmpty, std::memory_order_release);
     for (i = (i - 1) & s->mask;
-         s->slot[i].load(std::memory_order_relaxed) == kTombstone;
+         s->slot[i].load(std::memory_order_relaxed) == Tombstone();
          i = (i - 1) & s->mask) {
       s->slot[i].store(kEmpty, std::memory_order_release);
       --tombstones_;
@@ -143,15 +143,15 @@ class NodeTable {
   void ForEach(const F& f) const {
     const Slots* s = slots_.load(std::memory_order_relaxed);
     for (size_t i = 0; i <= s->mask; ++i) {
-      const uintptr_t v = s->slot[i].load(std::memory_order_relaxed);
-      if (v != kEmpty && v != kTombstone) f(NodeOf(v));
+      Slot v = s->slot[i].load(std::memory_order_relaxed);
+      if (v != kEmpty && v != Tombstone()) f(NodeOf(v));
     }
   }
 
   // Bytes of slot array, for memory accounting.
   size_t slot_bytes() const {
     return (slots_.load(std::memory_order_relaxed)->mask + 1) *
-           sizeof(std::atomic<uintptr_t>);
+           sizeof(std::atomic<Slot>);
   }
 
  private:
@@ -159,42 +159,47 @@ class NodeTable {
   // Live nodes and tombstones take at most half of the slots, so probes stay
   // short and every probe sequence meets an empty slot.
 
-  // A slot holds a node's address with `kTagBits` of its hash in the low
-  // bits, which the node's alignment leaves zero. The bit above them marks a
-  // tombstone (whose address is null), so no tag ever matches one and a
-  // probe needs a single comparison per slot.
+  // A slot holds a node's address plus `kTagBits` of its hash, a byte offset
+  // into the node that its alignment leaves free (a `char*`, so that no
+  // pointer is ever made from an integer). The bit above the tag marks a
+  // tombstone (the address of a byte array of ours, never a node), so no
+  // tag ever matches one and a probe needs a single comparison per slot.
+  using Slot = char*;
   static constexpr uintptr_t kMarker = alignof(Node) >= 16 ? 8 : 4;
   static constexpr int kTagBits = alignof(Node) >= 16 ? 3 : 2;
-  static constexpr uintptr_t kTagMask = kMarker - 1;
-  static constexpr uintptr_t kLowMask = kMarker | kTagMask;
-  static constexpr uintptr_t kEmpty = 0;
-  static constexpr uintptr_t kTombstone = kMarker;
+  static constexpr uintptr_t kLowMask = 2 * kMarker - 1;
+  static constexpr Slot kEmpty = nullptr;
+  alignas(16) static inline char tombstone_bytes_[16];
+  static Slot Tombstone() { return tombstone_bytes_ + kMarker; }
 
   // The tag comes from the hash's top bits: its low bits pick the slot.
   static uintptr_t TagOf(size_t hash) {
     return static_cast<uintptr_t>(
         hash >> (std::numeric_limits<size_t>::digits - kTagBits));
   }
-  static uintptr_t Tagged(Node* n) {
-    return reinterpret_cast<uintptr_t>(n) | TagOf(n->hash);
+  static uintptr_t LowBits(Slot v) {
+    return reinterpret_cast<uintptr_t>(v) & kLowMask;
   }
-  static Node* NodeOf(uintptr_t v) {
-    return reinterpret_cast<Node*>(v & ~kLowMask);
+  static Slot Tagged(Node* n) {
+    return reinterpret_cast<char*>(n) + TagOf(n->hash);
+  }
+  static Node* NodeOf(Slot v) {
+    return reinterpret_cast<Node*>(v - LowBits(v));
   }
 
   struct Slots {
     explicit Slots(size_t capacity)
-        : mask(capacity - 1), slot(new std::atomic<uintptr_t>[capacity]) {
+        : mask(capacity - 1), slot(new std::atomic<Slot>[capacity]) {
       for (size_t i = 0; i < capacity; ++i) {
         slot[i].store(kEmpty, std::memory_order_relaxed);
       }
     }
     const size_t mask;
-    const std::unique_ptr<std::atomic<uintptr_t>[]> slot;
+    const std::unique_ptr<std::atomic<Slot>[]> slot;
   };
 
   static size_t IndexOf(const Slots* s, Node* n) {
-    const uintptr_t v = Tagged(n);
+    const Slot v = Tagged(n);
     size_t i = n->hash & s->mask;
     while (s->slot[i].load(std::memory_order_relaxed) != v) {
       i = (i + 1) & s->mask;
@@ -202,7 +207,7 @@ class NodeTable {
     return i;
   }
 
-  std::atomic<uintptr_t>& SlotOf(Node* n) {
+  std::atomic<Slot>& SlotOf(Node* n) {
     Slots* s = slots_.load(std::memory_order_relaxed);
     return s->slot[IndexOf(s, n)];
   }
