@@ -320,6 +320,9 @@ class Cache {
   class TierSubscriber;
 
   static constexpr bool kShareable = internal::kShareable<K, V>;
+  static constexpr bool kFixedLifetime = requires {
+    requires Policy::kFixedLifetime;
+  };
 
   Cache(Loader loader, AsyncLoader async_loader, Options options,
         Policy policy);
@@ -435,6 +438,16 @@ class Cache {
                     int64_t started, int64_t finished);
   // A caller's result from a load's outcome; counts a stale fallback.
   absl::StatusOr<V> Serve(const Outcome& outcome);
+  // The policy's lifetime of a value that took `load_duration` to load: with
+  // kFixedLifetime, the one it gave at construction (saves a call and its
+  // Duration arithmetic on every store).
+  Lifetime LifetimeFor(absl::Duration load_duration) const {
+    if constexpr (kFixedLifetime) {
+      return fixed_lifetime_;
+    } else {
+      return policy_.OnStore(options_.ttl, load_duration, rng_);
+    }
+  }
   // A new entry for `value` loaded (or put) at `now`, its lifetime set by the
   // policy (or given). Call without a lock.
   std::unique_ptr<Entry> NewEntry(const K& key, size_t hash, V value,
@@ -477,6 +490,8 @@ class Cache {
   const size_t shard_count_;
   std::unique_ptr<Shard[]> shards_;
   mutable Random rng_;
+  // The lifetime of every value, for a policy with kFixedLifetime.
+  const Lifetime fixed_lifetime_;
   internal::LoadSlots slots_;
   mutable internal::Recorder recorder_;
   std::shared_ptr<internal::Lifeline> lifeline_ =
@@ -772,6 +787,10 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
       shard_count_(static_cast<size_t>(options_.shards)),
       shards_(new Shard[shard_count_]),
       rng_(internal::SeedOrRandom(options_.seed)),
+      fixed_lifetime_(
+          kFixedLifetime
+              ? policy_.OnStore(options_.ttl, absl::ZeroDuration(), rng_)
+              : Lifetime{}),
       slots_(options_.max_concurrent_loads, options_.max_load_age),
       recorder_(options_.listener),
       tier_(options_.shared.get()) {
@@ -1499,7 +1518,7 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
   try {
     if (result.ok()) {
       // The schedule the local entry gets too.
-      const Lifetime life = policy_.OnStore(options_.ttl, took, rng_);
+      const Lifetime life = LifetimeFor(took);
       load.lifetime = life;
       std::string bytes = Codec<V>::Encode(*result);
       if (bytes.size() > tier_->max_value_bytes()) {
@@ -1700,11 +1719,9 @@ std::unique_ptr<typename Cache<K, V, P, H, E>::Entry>
 Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
                                int64_t load_duration, int64_t now,
                                const std::optional<Lifetime>& given) {
-  const Lifetime life =
-      given.has_value()
-          ? *given
-          : policy_.OnStore(options_.ttl, absl::Nanoseconds(load_duration),
-                            rng_);
+  const Lifetime life = given.has_value()
+                            ? *given
+                            : LifetimeFor(absl::Nanoseconds(load_duration));
   auto n = std::make_unique<Entry>(hash, key);
   n->value.emplace(std::move(value));
   n->loaded_at = now;
@@ -1723,9 +1740,8 @@ Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
                                     const SharedRecord& record, int64_t now) {
   // The quiet window is the hit path's business, not the fleet's: this
   // policy's, within the record's freshness.
-  const absl::Duration quiet = std::min(
-      policy_.OnStore(options_.ttl, record.load_duration, rng_).quiet_for,
-      record.fresh_for);
+  const absl::Duration quiet =
+      std::min(LifetimeFor(record.load_duration).quiet_for, record.fresh_for);
   // Counted from when the tier stored it, by the tier's clock, so that
   // processes whose clocks disagree agree on what is fresh.
   const int64_t loaded_at = now - internal::ToNanosSaturated(record.age);
@@ -1843,8 +1859,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
     }
   }
   const int64_t now = NowNanos();
-  const Lifetime life =
-      policy_.OnStore(options_.ttl, absl::Nanoseconds(load_duration), rng_);
+  const Lifetime life = LifetimeFor(absl::Nanoseconds(load_duration));
   // With a shared tier, the value's bytes and version, before V moves.
   std::optional<std::string> bytes;
   std::string version;

@@ -68,6 +68,9 @@ struct Lifetime {
 //    cheap. Draw from `rng` only when the decision needs it.
 //  - optionally `p.Validate()` returning `absl::Status`: checked by the cache
 //    constructor, which throws `std::invalid_argument` on an error.
+//  - optionally `P::kFixedLifetime = true`: `OnStore` depends on `ttl` alone
+//    and draws nothing, so the cache calls it once, at construction, instead
+//    of on every store (SingleFlight, SoftTtl).
 template <typename P>
 concept RefreshPolicy = std::copy_constructible<P> &&
     requires(const P& p, const EntryState& state, absl::Time now,
@@ -119,6 +122,7 @@ struct NaiveJitter {
 // whose wait times out.
 struct SingleFlight {
   static constexpr bool kCoalesceLoads = true;
+  static constexpr bool kFixedLifetime = true;
 
   Lifetime OnStore(absl::Duration ttl, absl::Duration, Random&) const {
     return {.expires_after = ttl,
@@ -193,6 +197,7 @@ struct SoftTtl {
   absl::Duration stale_if_error = absl::ZeroDuration();
 
   static constexpr bool kCoalesceLoads = true;
+  static constexpr bool kFixedLifetime = true;
 
   Lifetime OnStore(absl::Duration ttl, absl::Duration, Random&) const {
     return {.expires_after = ttl,
