@@ -194,6 +194,51 @@ class PolicyInCache : public ::testing::Test {
   std::atomic<bool> fail_{false};
 };
 
+// A SingleFlight that counts its OnStore calls; `kFixed` says whether it
+// declares kFixedLifetime.
+template <bool kFixed>
+struct CountingOnStore {
+  static constexpr bool kCoalesceLoads = true;
+  static constexpr bool kFixedLifetime = kFixed;
+  Lifetime OnStore(absl::Duration ttl, absl::Duration load_duration,
+                   Random& rng) const {
+    calls->fetch_add(1);
+    return SingleFlight().OnStore(ttl, load_duration, rng);
+  }
+  Decision Decide(const EntryState& s, absl::Time now, Random& rng) const {
+    return SingleFlight().Decide(s, now, rng);
+  }
+  std::atomic<int>* calls;
+};
+
+TEST_F(PolicyInCache, AFixedLifetimeIsAskedForOnceAndHoldsForEveryStore) {
+  std::atomic<int> fixed_calls{0};
+  std::atomic<int> plain_calls{0};
+  Cache<std::string, std::string, CountingOnStore<true>> fixed(
+      CountingLoader(), options_, {.calls = &fixed_calls});
+  Cache<std::string, std::string, CountingOnStore<false>> plain(
+      CountingLoader(), options_, {.calls = &plain_calls});
+  for (const char* key : {"a", "b", "c"}) {
+    ASSERT_TRUE(fixed.Get(key).ok());
+    ASSERT_TRUE(plain.Get(key).ok());
+  }
+  fixed.Put("d", "put");
+  plain.Put("d", "put");
+  EXPECT_EQ(fixed_calls.load(), 1);  // At construction.
+  EXPECT_EQ(plain_calls.load(), 4);  // Once per store.
+  // The one lifetime applies to every store: fresh for the ttl, then loaded.
+  clock_.Advance(absl::Seconds(10) - absl::Nanoseconds(1));
+  EXPECT_EQ(fixed.GetIfPresent("a"), "v1");
+  const int loads = loads_.load();
+  ASSERT_TRUE(fixed.Get("d").ok());
+  EXPECT_EQ(loads_.load(), loads);
+  clock_.Advance(absl::Nanoseconds(1));
+  EXPECT_NE(*fixed.Get("d"), "put");
+  EXPECT_EQ(loads_.load(), loads + 1);
+}
+
+static_assert(SingleFlight::kFixedLifetime && SoftTtl::kFixedLifetime);
+
 TEST_F(PolicyInCache, NaiveJitterLetsEveryBlockedCallerLoad) {
   constexpr int kCallers = 8;
   Counter entered;
