@@ -68,9 +68,10 @@ struct Lifetime {
 //    cheap. Draw from `rng` only when the decision needs it.
 //  - optionally `p.Validate()` returning `absl::Status`: checked by the cache
 //    constructor, which throws `std::invalid_argument` on an error.
-//  - optionally `P::kFixedLifetime = true`: `OnStore` depends on `ttl` alone
-//    and draws nothing, so the cache calls it once, at construction, instead
-//    of on every store (SingleFlight, SoftTtl).
+//  - optionally `P::kFixedLifetime = true`: `OnStore`'s result depends only on
+//    `ttl` and the policy's own settings, and it draws nothing, so the cache
+//    calls it once, at construction, instead of on every store (SingleFlight,
+//    SoftTtl).
 template <typename P>
 concept RefreshPolicy = std::copy_constructible<P> &&
     requires(const P& p, const EntryState& state, absl::Time now,
