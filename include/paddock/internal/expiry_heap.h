@@ -35,9 +35,8 @@ class ExpiryHeap {
 
   // Adds `n`. May throw std::bad_alloc unless ReserveOne() came first.
   void Push(Node* n) {
-    n->heap_index = static_cast<Index>(heap_.size());
     heap_.push_back(Item{n->evict_after(), n});
-    SiftUp(n->heap_index);
+    SiftUp(heap_.size() - 1);
   }
 
   void Remove(Node* n) {
@@ -68,9 +67,9 @@ class ExpiryHeap {
     Node* node;
   };
 
+  // The sifts set `heap_index` where the item ends.
   void Place(size_t i, Item item) {
     heap_[i] = item;
-    item.node->heap_index = static_cast<Index>(i);
     SiftDown(SiftUp(i));
   }
 

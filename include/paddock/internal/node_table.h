@@ -165,8 +165,8 @@ class NodeTable {
   // tombstone (the address of a byte array of ours, never a node), so no
   // tag ever matches one and a probe needs a single comparison per slot.
   using Slot = char*;
-  static constexpr uintptr_t kMarker = alignof(Node) >= 16 ? 8 : 4;
   static constexpr int kTagBits = alignof(Node) >= 16 ? 3 : 2;
+  static constexpr uintptr_t kMarker = uintptr_t{1} << kTagBits;
   static constexpr uintptr_t kLowMask = 2 * kMarker - 1;
   static constexpr Slot kEmpty = nullptr;
   alignas(16) static inline char tombstone_bytes_[16];
