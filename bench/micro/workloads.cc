@@ -29,18 +29,13 @@
 #include "cache_adapter.h"
 #include "heap_bytes.h"
 #include "paddock/clock.h"
+#include "traces.h"
 
 namespace paddock_bench {
 namespace {
 
 // ---------------------------------------------------------------------------
 // Keys and traces.
-
-// Spreads small integers over 64 bits (multiplication by an odd constant is a
-// bijection), so that no implementation profits from sequential keys.
-constexpr uint64_t ScrambleKey(uint64_t i) {
-  return (i + 1) * 0x9e3779b97f4a7c15ULL;
-}
 
 constexpr uint64_t kHotKey = ScrambleKey(0);
 
@@ -70,27 +65,6 @@ constexpr absl::Duration kNearTimeLeft = absl::Milliseconds(200);
 
 // Memory: entries at which bytes per entry are measured.
 constexpr size_t kMemoryEntries = size_t{1} << 16;
-
-// Returns `length` keys drawn from Zipf(`skew`) over `keys` ranks (rank r has
-// weight 1 / (r + 1)^skew), by inverting the CDF. Deterministic.
-std::vector<uint64_t> ZipfTrace(size_t keys, double skew, size_t length,
-                                uint64_t seed) {
-  std::vector<double> cdf(keys);
-  double total = 0;
-  for (size_t r = 0; r < keys; ++r) {
-    total += std::pow(static_cast<double>(r + 1), -skew);
-    cdf[r] = total;
-  }
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(0, total);
-  std::vector<uint64_t> trace(length);
-  for (uint64_t& key : trace) {
-    const size_t rank = static_cast<size_t>(
-        std::upper_bound(cdf.begin(), cdf.end(), uniform(rng)) - cdf.begin());
-    key = ScrambleKey(std::min(rank, keys - 1));
-  }
-  return trace;
-}
 
 const std::vector<uint64_t>& MeasuredZipfTrace() {
   static const auto* const trace = new std::vector<uint64_t>(

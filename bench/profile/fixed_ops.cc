@@ -2,7 +2,8 @@
 // BM_Zipf and BM_ReadWrite, for a fixed number of operations, for profilers
 // that count rather than time (cachegrind, callgrind). Wall time on a shared
 // VM varies by tens of percent between runs; instruction and simulated
-// cache-miss counts do not. scripts/profile-ops runs it under cachegrind at
+// cache-miss counts vary by a fraction of a percent (absl's hash seed, so
+// each key's shard, changes with every process). scripts/profile-ops runs it under cachegrind at
 // two sizes and reports the difference per operation, which cancels the
 // setup (trace generation, warm-up).
 //
@@ -29,13 +30,10 @@
 #include "impl_mutex_unordered_map.h"
 #include "impl_paddock.h"
 #include "impl_sharded_mutex_flat_hash_map.h"
+#include "traces.h"
 
 namespace paddock_bench {
 namespace {
-
-constexpr uint64_t ScrambleKey(uint64_t i) {
-  return (i + 1) * 0x9e3779b97f4a7c15ULL;
-}
 
 // As in bench/micro/workloads.cc: Zipf(0.99) over 2^20 keys into 2^16
 // entries; ReadWrite 90/10 over 2^16 resident keys in room for 2^17.
@@ -44,22 +42,9 @@ constexpr size_t kZipfCapacity = size_t{1} << 16;
 constexpr size_t kTraceLength = size_t{1} << 20;
 constexpr size_t kReadWriteKeys = size_t{1} << 16;
 
-std::vector<uint64_t> ZipfTrace(uint64_t seed) {
-  std::vector<double> cdf(kZipfKeys);
-  double total = 0;
-  for (size_t r = 0; r < kZipfKeys; ++r) {
-    total += std::pow(static_cast<double>(r + 1), -0.99);
-    cdf[r] = total;
-  }
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(0, total);
-  std::vector<uint64_t> trace(kTraceLength);
-  for (uint64_t& key : trace) {
-    const size_t rank = static_cast<size_t>(
-        std::upper_bound(cdf.begin(), cdf.end(), uniform(rng)) - cdf.begin());
-    key = ScrambleKey(std::min(rank, kZipfKeys - 1));
-  }
-  return trace;
+// The warm-up (seed 2) and measured (seed 1) traces of BM_Zipf's sizes.
+std::vector<uint64_t> ZipfTraceOf(uint64_t seed) {
+  return ZipfTrace(kZipfKeys, 0.99, kTraceLength, seed);
 }
 
 template <typename A>
@@ -77,8 +62,8 @@ uint64_t Run(std::string_view workload, size_t ops) {
   } else if (workload == "zipf") {
     A cache(
         AdapterConfig{.capacity = kZipfCapacity, .loader = {.calls = &loads}});
-    for (uint64_t key : ZipfTrace(2)) sum += cache.Get(key);  // Warm-up.
-    const std::vector<uint64_t> trace = ZipfTrace(1);
+    for (uint64_t key : ZipfTraceOf(2)) sum += cache.Get(key);  // Warm-up.
+    const std::vector<uint64_t> trace = ZipfTraceOf(1);
     for (size_t i = 0; i < ops; ++i) sum += cache.Get(trace[i % trace.size()]);
     // For per-miss figures from a profile of the whole run.
     std::fprintf(stderr, "loader calls: %llu\n",
