@@ -3,9 +3,9 @@
 // that count rather than time (cachegrind, callgrind). Wall time on a shared
 // VM varies by tens of percent between runs; instruction and simulated
 // cache-miss counts vary by a fraction of a percent (absl's hash seed, so
-// each key's shard, changes with every process). scripts/profile-ops runs it under cachegrind at
-// two sizes and reports the difference per operation, which cancels the
-// setup (trace generation, warm-up).
+// each key's shard, changes with every process). scripts/profile-ops runs it
+// under cachegrind at two sizes and reports the difference per operation, which
+// cancels the setup (trace generation, warm-up).
 //
 //   paddock_fixed_ops <workload> <adapter> <ops>
 //     workload: hot | zipf | readwrite
