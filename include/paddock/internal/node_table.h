@@ -29,11 +29,25 @@
 
 namespace paddock::internal {
 
-// `Node` must have a `size_t hash` member and an alignment of at least 8
-// (16 gives each slot three bits of hash instead of two).
+// The alignment every node's address has: `Node::kAddressAlignment` where
+// the node is always allocated so (entry.h), else its type's.
+template <typename Node>
+constexpr size_t NodeAddressAlignment() {
+  if constexpr (requires { Node::kAddressAlignment; }) {
+    return std::max(Node::kAddressAlignment, alignof(Node));
+  } else {
+    return alignof(Node);
+  }
+}
+
+// `Node` must have an unsigned `hash` member of at least 32 bits (only the
+// low 32 bits of a hash are used: a node may keep just those) and an address
+// alignment of at least 8 (16 gives each slot three bits of hash instead of
+// two).
 template <typename Node>
 class NodeTable {
-  static_assert(alignof(Node) >= 8, "a slot keeps hash bits in its low bits");
+  static_assert(NodeAddressAlignment<Node>() >= 8,
+                "a slot keeps hash bits in its low bits");
 
  public:
   NodeTable() : slots_(new Slots(kMinCapacity)) {}
@@ -48,12 +62,13 @@ class NodeTable {
                                           const Matches& matches) const {
     const Slots* s = slots_.load(std::memory_order_acquire);
     const uintptr_t tag = TagOf(hash);
-    for (size_t i = hash & s->mask;; i = (i + 1) & s->mask) {
+    const uint32_t low = static_cast<uint32_t>(hash);
+    for (size_t i = low & s->mask;; i = (i + 1) & s->mask) {
       Slot v = s->slot[i].load(std::memory_order_acquire);
       if (v == kEmpty) return nullptr;
       if (LowBits(v) != tag) continue;  // Another key, or a tombstone.
       Node* n = reinterpret_cast<Node*>(v - tag);
-      if (n->hash == hash && matches(n)) return n;
+      if (static_cast<uint32_t>(n->hash) == low && matches(n)) return n;
     }
   }
 
@@ -73,7 +88,7 @@ class NodeTable {
     for (size_t i = 0; i <= old->mask; ++i) {
       Slot v = old->slot[i].load(std::memory_order_relaxed);
       if (v == kEmpty || v == Tombstone()) continue;
-      size_t j = NodeOf(v)->hash & fresh->mask;
+      size_t j = HashOf(NodeOf(v)) & fresh->mask;
       while (fresh->slot[j].load(std::memory_order_relaxed) != kEmpty) {
         j = (j + 1) & fresh->mask;
       }
@@ -96,7 +111,7 @@ class NodeTable {
   // throws.
   void InsertReserved(Node* n) {
     Slots* s = slots_.load(std::memory_order_relaxed);
-    for (size_t i = n->hash & s->mask;; i = (i + 1) & s->mask) {
+    for (size_t i = HashOf(n) & s->mask;; i = (i + 1) & s->mask) {
       Slot cur = s->slot[i].load(std::memory_order_relaxed);
       if (cur == kEmpty || cur == Tombstone()) {
         if (cur == Tombstone()) --tombstones_;
@@ -165,17 +180,22 @@ class NodeTable {
   // tombstone (the address of a byte array of ours, never a node), so no
   // tag ever matches one and a probe needs a single comparison per slot.
   using Slot = char*;
-  static constexpr int kTagBits = alignof(Node) >= 16 ? 3 : 2;
+  static constexpr int kTagBits = NodeAddressAlignment<Node>() >= 16 ? 3 : 2;
   static constexpr uintptr_t kMarker = uintptr_t{1} << kTagBits;
   static constexpr uintptr_t kLowMask = 2 * kMarker - 1;
   static constexpr Slot kEmpty = nullptr;
   alignas(16) static inline char tombstone_bytes_[16];
   static Slot Tombstone() { return tombstone_bytes_ + kMarker; }
 
-  // The tag comes from the hash's top bits: its low bits pick the slot.
+  // The tag comes from the top bits of the hash's low half: the lowest bits
+  // pick the slot, and the high half picks the cache's shard (so within a
+  // shard its top bits are all alike).
   static uintptr_t TagOf(size_t hash) {
-    return static_cast<uintptr_t>(
-        hash >> (std::numeric_limits<size_t>::digits - kTagBits));
+    return static_cast<uintptr_t>(static_cast<uint32_t>(hash) >>
+                                  (32 - kTagBits));
+  }
+  static uint32_t HashOf(const Node* n) {
+    return static_cast<uint32_t>(n->hash);
   }
   static uintptr_t LowBits(Slot v) {
     return reinterpret_cast<uintptr_t>(v) & kLowMask;
@@ -200,7 +220,7 @@ class NodeTable {
 
   static size_t IndexOf(const Slots* s, Node* n) {
     const Slot v = Tagged(n);
-    size_t i = n->hash & s->mask;
+    size_t i = HashOf(n) & s->mask;
     while (s->slot[i].load(std::memory_order_relaxed) != v) {
       i = (i + 1) & s->mask;
     }
