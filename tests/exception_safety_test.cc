@@ -83,7 +83,8 @@ TEST(ExceptionSafety, FailingToAllocateTheEntryFailsThatLoadOnly) {
         // entry this load's value goes into.
         if (++loads == 1) {
           fail_next_allocation_of =
-              sizeof(internal::Entry<std::string, std::string>);
+              sizeof(internal::Entry<std::string, std::string,
+                                     /*kCompact=*/true>);
         }
         return k;
       },

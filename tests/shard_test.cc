@@ -1,6 +1,7 @@
-// Tests of paddock/internal/shard.h: the eviction order (entries never served
-// again first, then SIEVE; an entry served stale is live) and the writer's
-// promise that nothing it removes is destroyed under the shard's mutex.
+// Tests of paddock/internal/shard.h: the eviction order (SIEVE, whose hand
+// also takes an entry never served again, visited or not; an entry served
+// stale is live) and the writer's promise that nothing it removes is
+// destroyed under the shard's mutex.
 
 #include "paddock/internal/shard.h"
 
@@ -53,12 +54,13 @@ class ShardTest : public ::testing::Test {
   }
   void TearDown() override { TryReclaim(); }
 
-  // An entry for `key`, kept until `keep_until`, visited or not.
-  std::unique_ptr<Node> Make(int key, int64_t keep_until,
-                             bool visited = false) {
+  // An entry for `key`, kept until `keep_until` (fresh until
+  // `expires_at`), visited or not.
+  std::unique_ptr<Node> Make(int key, int64_t keep_until, bool visited = false,
+                             int64_t expires_at = 0) {
     auto n = std::make_unique<Node>(absl::HashOf(key), key);
-    n->value.emplace(key);
-    n->keep_until = keep_until;
+    n->emplace_value(key);
+    n->SetTimes({.expires_at = expires_at, .keep_until = keep_until}, {});
     n->visited.store(visited);
     return n;
   }
@@ -87,11 +89,22 @@ TEST_F(ShardTest, AnEntryNeverServedAgainIsEvictedFirstEvenIfVisited) {
   EXPECT_TRUE(Has(2) && Has(3) && Has(4));
 }
 
+TEST_F(ShardTest, TheHandTakesAVisitedEntryNeverServedAgainWhereItReachesIt) {
+  ASSERT_EQ(Store(Make(1, /*keep_until=*/500, /*visited=*/true), 0), 0u);
+  ASSERT_EQ(Store(Make(2, /*keep_until=*/100, /*visited=*/true), 0), 0u);
+  ASSERT_EQ(Store(Make(3, 500), 0), 0u);
+  // The hand clears 1's bit and stops at 2, past keep_until: SIEVE alone
+  // would have taken the unvisited 3.
+  EXPECT_EQ(Store(Make(4, 500), 200), 1u);
+  EXPECT_FALSE(Has(2));
+  EXPECT_TRUE(Has(1) && Has(3) && Has(4));
+}
+
 TEST_F(ShardTest, AnEntryServedStaleIsLiveAndSieveChoosesAmongLiveEntries) {
   // Entry 1 is past its ttl but still served stale (keep_until ahead) and
   // was read: it must survive, the unread fresh entry 2 goes.
-  auto stale = Make(1, /*keep_until=*/1000, /*visited=*/true);
-  stale->expires_at = 100;
+  auto stale = Make(1, /*keep_until=*/1000, /*visited=*/true,
+                    /*expires_at=*/100);
   ASSERT_EQ(Store(std::move(stale), 0), 0u);
   ASSERT_EQ(Store(Make(2, 1000), 0), 0u);
   ASSERT_EQ(Store(Make(3, 1000, /*visited=*/true), 0), 0u);
@@ -105,7 +118,7 @@ TEST_F(ShardTest, ARememberedErrorThatStillAnswersIsNotEvictedFirst) {
   // Its value is past keep_until, but the error it remembers answers callers
   // until error_until: evicting it would cost a loader call.
   auto remembered = Make(1, /*keep_until=*/100, /*visited=*/true);
-  remembered->mutable_extras().error_until = 500;
+  remembered->mutable_extras({}).error_until = 500;
   ASSERT_EQ(Store(std::move(remembered), 0), 0u);
   ASSERT_EQ(Store(Make(2, 1000), 0), 0u);
   ASSERT_EQ(Store(Make(3, 1000, /*visited=*/true), 0), 0u);

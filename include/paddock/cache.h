@@ -267,7 +267,11 @@ class Cache {
   const Options& options() const { return options_; }
 
  private:
-  using Entry = internal::Entry<K, V>;
+  static constexpr bool kFixedLifetime = requires {
+    requires Policy::kFixedLifetime;
+  };
+  // A fixed lifetime lets entries derive their times (entry.h).
+  using Entry = internal::Entry<K, V, kFixedLifetime>;
 
   // One load's result, shared by its waiters.
   struct Outcome {
@@ -277,7 +281,7 @@ class Cache {
   };
 
   using Flight = internal::KeyedFlight<Outcome, K>;
-  using Shard = internal::Shard<K, V, Flight, Hash, Eq>;
+  using Shard = internal::Shard<K, V, Flight, Hash, Eq, kFixedLifetime>;
   using Writer = typename Shard::Writer;
 
   // One load of one key, from its registration to its completion: the key,
@@ -320,14 +324,20 @@ class Cache {
   class TierSubscriber;
 
   static constexpr bool kShareable = internal::kShareable<K, V>;
-  static constexpr bool kFixedLifetime = requires {
-    requires Policy::kFixedLifetime;
-  };
 
   Cache(Loader loader, AsyncLoader async_loader, Options options,
         Policy policy);
 
   static Options Resolve(Options options);
+  static bool FiniteAndNotNegative(const Lifetime& life) {
+    for (absl::Duration d : {life.quiet_for, life.expires_after, life.keep_for,
+                             life.serve_on_error_for}) {
+      if (d < absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+        return false;
+      }
+    }
+    return true;
+  }
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE size_t HashOf(const K& key) const {
     return internal::MixedHash(hash_, key);
@@ -352,9 +362,9 @@ class Cache {
     }
   }
   EntryState StateOf(const Entry* n) const {
-    return {absl::FromUnixNanos(n->loaded_at),
-            absl::FromUnixNanos(n->expires_at),
-            absl::Nanoseconds(n->load_duration),
+    const internal::EntryTimes t = n->times(fixed_times_);
+    return {absl::FromUnixNanos(t.loaded_at), absl::FromUnixNanos(t.expires_at),
+            absl::Nanoseconds(t.load_duration),
             n->refreshing.load(std::memory_order_relaxed)};
   }
 
@@ -490,8 +500,13 @@ class Cache {
   const size_t shard_count_;
   std::unique_ptr<Shard[]> shards_;
   mutable Random rng_;
-  // The lifetime of every value, for a policy with kFixedLifetime.
+  // The lifetime of every value, for a policy with kFixedLifetime, and its
+  // offsets in nanoseconds (what compact entries derive their times from);
+  // `fixed_times_exact_`: they give the times AddSaturated would for every
+  // load time (all four durations finite and not negative).
   const Lifetime fixed_lifetime_;
+  const internal::FixedTimes fixed_times_;
+  const bool fixed_times_exact_;
   internal::LoadSlots slots_;
   mutable internal::Recorder recorder_;
   std::shared_ptr<internal::Lifeline> lifeline_ =
@@ -791,6 +806,13 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
           kFixedLifetime
               ? policy_.OnStore(options_.ttl, absl::ZeroDuration(), rng_)
               : Lifetime{}),
+      fixed_times_{
+          .quiet = internal::ToNanosSaturated(fixed_lifetime_.quiet_for),
+          .expires = internal::ToNanosSaturated(fixed_lifetime_.expires_after),
+          .keep = internal::ToNanosSaturated(fixed_lifetime_.keep_for),
+          .serve_on_error =
+              internal::ToNanosSaturated(fixed_lifetime_.serve_on_error_for)},
+      fixed_times_exact_(FiniteAndNotNegative(fixed_lifetime_)),
       slots_(options_.max_concurrent_loads, options_.max_load_age),
       recorder_(options_.listener),
       tier_(options_.shared.get()) {
@@ -805,7 +827,7 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
   const size_t base = options_.max_entries / shard_count_;
   const size_t extra = options_.max_entries % shard_count_;
   for (size_t i = 0; i < shard_count_; ++i) {
-    shards_[i].set_capacity(base + (i < extra ? 1 : 0));
+    shards_[i].set_capacity(base + (i < extra ? 1 : 0), fixed_times_);
   }
   if (tier_ != nullptr) {
     if constexpr (kShareable) {
@@ -845,7 +867,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
     if (n != nullptr && HitNowNanos() < n->quiet_until) [[likely]] {
       MarkVisited(n);
       recorder_.Hit(record);
-      return *n->value;
+      return n->value();
     }
     found = n != nullptr;
   }
@@ -909,7 +931,7 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
     if (n != nullptr && HitNowNanos() < n->quiet_until) [[likely]] {
       MarkVisited(n);
       recorder_.Hit(record);
-      result.emplace(*n->value);
+      result.emplace(n->value());
     }
     found = n != nullptr;
   }
@@ -1076,9 +1098,9 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::TimedOut(const K& key, size_t hash,
     internal::EpochGuard guard;
     now = NowNanos();
     const Entry* n = ShardFor(hash).Find(hash, key, eq_);
-    if (n != nullptr && n->value.has_value() && now < n->keep_until) {
-      stale.emplace(*n->value);
-      loaded_at = n->loaded_at;
+    if (n != nullptr && n->has_value() && now < n->keep_until(fixed_times_)) {
+      stale.emplace(n->value());
+      loaded_at = n->loaded_at(fixed_times_);
     }
   }
   if (stale.has_value()) {
@@ -1112,27 +1134,32 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
     Entry* n, int64_t now) {
   using Served = typename Answer::Served;
-  if (n->value.has_value() && now < n->keep_until) {
+  const internal::EntryTimes t = n->times(fixed_times_);
+  if (n->has_value() && now < t.keep_until) {
     const Decision d =
-        now < n->quiet_until
+        now < t.quiet_until
             ? Decision::kServe
-            : policy_.Decide(StateOf(n), absl::FromUnixNanos(now), rng_);
+            : policy_.Decide({absl::FromUnixNanos(t.loaded_at),
+                              absl::FromUnixNanos(t.expires_at),
+                              absl::Nanoseconds(t.load_duration),
+                              n->refreshing.load(std::memory_order_relaxed)},
+                             absl::FromUnixNanos(now), rng_);
     if (d != Decision::kLoad) {
       MarkVisited(n);
       const bool refresh = d == Decision::kServeAndRefresh &&
                            now >= n->error_until() &&
                            !n->refreshing.load(std::memory_order_relaxed) &&
                            !n->refreshing.exchange(true);
-      return {now < n->expires_at ? Served::kFresh : Served::kStale, n, refresh,
-              n->loaded_at};
+      return {now < t.expires_at ? Served::kFresh : Served::kStale, n, refresh,
+              t.loaded_at};
     }
   }
   if (now < n->error_until()) {
     // A recent failure is remembered: no loader call until it passes.
-    if (n->value.has_value() && now < n->stale_if_error_until) {
-      return {Served::kStaleFallback, n, false, n->loaded_at};
+    if (n->has_value() && now < t.stale_if_error_until) {
+      return {Served::kStaleFallback, n, false, t.loaded_at};
     }
-    return {Served::kNegative, n, false, n->loaded_at};
+    return {Served::kNegative, n, false, t.loaded_at};
   }
   return {};
 }
@@ -1140,7 +1167,7 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::ResultOf(const Answer& answer) {
   if (answer.served == Answer::Served::kNegative) return answer.entry->error();
-  return *answer.entry->value;
+  return answer.entry->value();
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1656,15 +1683,16 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
                   : NewEntry(key, load.hash, *outcome.value, finished - started,
                              finished, load.lifetime);
       if (!load.version.empty()) {
-        fresh->mutable_extras().shared_version = load.version;
+        fresh->mutable_extras(fixed_times_).shared_version = load.version;
       }
     } else {
-      const bool has_value = current != nullptr && current->value.has_value();
+      const bool has_value = current != nullptr && current->has_value();
       // Callers of this load get the stale value instead of the error.
       const bool stand_in =
           has_value &&
-          finished < (load.stale_until_keep ? current->keep_until
-                                            : current->stale_if_error_until);
+          finished < (load.stale_until_keep
+                          ? current->keep_until(fixed_times_)
+                          : current->stale_if_error_until(fixed_times_));
       // A failed refresh never takes away the value it was refreshing.
       const bool keep_value =
           stand_in || (has_value && load.kind == LoadKind::kRefresh);
@@ -1676,15 +1704,16 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
             load.hash, key, current, keep_value, outcome.value.status(),
             stored_at -
                 internal::ToNanosSaturated(load.from_tier->load_duration),
-            stored_at, load.from_tier->keep_for);
+            stored_at, load.from_tier->keep_for, fixed_times_);
       } else if (loader_ran && options_.error_ttl > absl::ZeroDuration()) {
         // Negative caching: no loader call for this key until error_until.
-        fresh = internal::MakeErrorEntry(load.hash, key, current, keep_value,
-                                         outcome.value.status(), started,
-                                         finished, options_.error_ttl);
+        fresh = internal::MakeErrorEntry(
+            load.hash, key, current, keep_value, outcome.value.status(),
+            started, finished, options_.error_ttl, fixed_times_);
       }
       if (stand_in) {
-        fallback = Outcome{*current->value, true, current->loaded_at};
+        fallback =
+            Outcome{current->value(), true, current->loaded_at(fixed_times_)};
       }
     }
     size_t evicted = 0;
@@ -1719,18 +1748,26 @@ std::unique_ptr<typename Cache<K, V, P, H, E>::Entry>
 Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
                                int64_t load_duration, int64_t now,
                                const std::optional<Lifetime>& given) {
+  auto n = std::make_unique<Entry>(hash, key);
+  n->emplace_value(std::move(value));
+  if constexpr (kFixedLifetime) {
+    // Every lifetime is the fixed one (LifetimeFor gave `given` too).
+    if (fixed_times_exact_) {
+      n->SetTimes(fixed_times_.At(now, load_duration), fixed_times_);
+      return n;
+    }
+  }
   const Lifetime life = given.has_value()
                             ? *given
                             : LifetimeFor(absl::Nanoseconds(load_duration));
-  auto n = std::make_unique<Entry>(hash, key);
-  n->value.emplace(std::move(value));
-  n->loaded_at = now;
-  n->load_duration = load_duration;
-  n->quiet_until = internal::AddSaturated(now, life.quiet_for);
-  n->expires_at = internal::AddSaturated(now, life.expires_after);
-  n->keep_until = internal::AddSaturated(now, life.keep_for);
-  n->stale_if_error_until =
-      internal::AddSaturated(now, life.serve_on_error_for);
+  n->SetTimes({.loaded_at = now,
+               .quiet_until = internal::AddSaturated(now, life.quiet_for),
+               .expires_at = internal::AddSaturated(now, life.expires_after),
+               .keep_until = internal::AddSaturated(now, life.keep_for),
+               .stale_if_error_until =
+                   internal::AddSaturated(now, life.serve_on_error_for),
+               .load_duration = load_duration},
+              fixed_times_);
   return n;
 }
 
@@ -1746,15 +1783,17 @@ Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
   // processes whose clocks disagree agree on what is fresh.
   const int64_t loaded_at = now - internal::ToNanosSaturated(record.age);
   auto n = std::make_unique<Entry>(hash, key);
-  n->value.emplace(std::move(value));
-  n->loaded_at = loaded_at;
-  n->load_duration = internal::ToNanosSaturated(record.load_duration);
-  n->quiet_until = internal::AddSaturated(loaded_at, quiet);
-  n->expires_at = internal::AddSaturated(loaded_at, record.fresh_for);
-  n->keep_until = internal::AddSaturated(loaded_at, record.keep_for);
-  n->stale_if_error_until =
-      internal::AddSaturated(loaded_at, record.serve_on_error_for);
-  n->mutable_extras().shared_version = record.version;
+  n->emplace_value(std::move(value));
+  n->mutable_extras(fixed_times_).shared_version = record.version;
+  n->SetTimes(
+      {.loaded_at = loaded_at,
+       .quiet_until = internal::AddSaturated(loaded_at, quiet),
+       .expires_at = internal::AddSaturated(loaded_at, record.fresh_for),
+       .keep_until = internal::AddSaturated(loaded_at, record.keep_for),
+       .stale_if_error_until =
+           internal::AddSaturated(loaded_at, record.serve_on_error_for),
+       .load_duration = internal::ToNanosSaturated(record.load_duration)},
+      fixed_times_);
   return n;
 }
 
@@ -1831,16 +1870,18 @@ std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(const K& key) const {
   const size_t hash = HashOf(key);
   internal::EpochGuard guard;
   const Entry* n = ShardFor(hash).Find(hash, key, eq_);
-  if (n == nullptr || !n->value.has_value()) return std::nullopt;
+  if (n == nullptr || !n->has_value()) return std::nullopt;
   const int64_t now = NowNanos();
-  if (now < n->keep_until &&
+  if (now < n->keep_until(fixed_times_) &&
       (now < n->quiet_until ||
        policy_.Decide(StateOf(n), absl::FromUnixNanos(now), rng_) !=
            Decision::kLoad)) {
     MarkVisited(n);
-    return *n->value;
+    return n->value();
   }
-  if (now < n->error_until() && now < n->stale_if_error_until) return *n->value;
+  if (now < n->error_until() && now < n->stale_if_error_until(fixed_times_)) {
+    return n->value();
+  }
   return std::nullopt;
 }
 
@@ -1855,7 +1896,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   {
     internal::EpochGuard guard;
     if (const Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
-      load_duration = n->load_duration;
+      load_duration = n->load_duration(fixed_times_);
     }
   }
   const int64_t now = NowNanos();
@@ -1872,7 +1913,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   std::unique_ptr<Entry> fresh =
       NewEntry(key, hash, std::move(value), load_duration, now, life);
   if (!version.empty()) {
-    fresh->mutable_extras().shared_version = version;
+    fresh->mutable_extras(fixed_times_).shared_version = version;
   }
   size_t evicted;
   {

@@ -15,9 +15,9 @@
 // in flight; a background refresh still queued on the executor claimed and
 // run by a caller that needs the value. Two things it borrows instead of
 // restating:
-//  - the eviction order, `internal::Sieve` and `internal::ExpiryHeap` (unit
-//    tested on their own), fed the same sequence of operations as the cache
-//    (an entry past its keep_until goes first, else SIEVE's choice);
+//  - the eviction order, `internal::Sieve` (unit tested on its own), fed the
+//    same sequence of operations as the cache (SIEVE's choice, its hand also
+//    stopping at an entry past its keep_until and error_until);
 //  - `paddock::Random`, the documented SplitMix64 stream, drawn from exactly
 //    where the policies' documentation says they draw.
 //
@@ -50,7 +50,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "paddock/internal/expiry_heap.h"
 #include "paddock/internal/sieve.h"
 #include "paddock/policy.h"
 #include "paddock/stats.h"
@@ -349,13 +348,12 @@ class CacheModel {
     int64_t load_duration = 0;
     bool refreshing = false;  // One background refresh per stored value.
     // Answers nobody after this: its value is past keep_until, a remembered
-    // error past error_until. Evicted first then.
+    // error past error_until. SIEVE's hand takes it then, visited or not.
     int64_t evict_after() const { return std::max(keep_until, error_until); }
-    // What internal::Sieve and internal::ExpiryHeap need.
+    // What internal::Sieve needs.
     std::atomic<bool> visited{false};
     Entry* older = nullptr;
     Entry* newer = nullptr;
-    size_t heap_index = 0;
   };
 
   // A coalesced load registered for its key. A background refresh's flight
@@ -640,31 +638,28 @@ class CacheModel {
   }
 
   // Stores `e` (owned from here on) in place of `current`, or as a new entry,
-  // evicting first an entry the policy never serves again (the one whose
-  // keep_until came first), else SIEVE's choice. An entry served stale is
+  // evicting SIEVE's choice, where the hand also stops at an entry the
+  // policy never serves again, visited or not. An entry served stale is
   // live.
   void Store(Entry* current, Entry* e, int64_t now) {
     if (current != nullptr) {
       sieve_.Replace(current, e);
-      expiry_.Replace(current, e);
       table_[e->key].reset(e);  // Frees `current`.
       return;
     }
     while (table_.size() >= options_.max_entries) {
-      Entry* victim = expiry_.Top();
+      Entry* victim = sieve_.Victim(
+          [now](const Entry* v) { return v->evict_after() <= now; });
       if (victim == nullptr) break;
-      if (victim->evict_after() > now) victim = sieve_.Victim();
       Unlink(victim);
       ++stats_.evictions;
     }
     sieve_.Push(e);
-    expiry_.Push(e);
     table_[e->key].reset(e);
   }
 
   void Unlink(Entry* e) {
     sieve_.Remove(e);
-    expiry_.Remove(e);
     table_.erase(e->key);  // Frees `e`.
   }
 
@@ -704,7 +699,6 @@ class CacheModel {
 
   std::map<std::string, std::unique_ptr<Entry>> table_;
   internal::Sieve<Entry> sieve_;
-  internal::ExpiryHeap<Entry> expiry_;
   std::map<std::string, std::shared_ptr<Flight>> in_flight_;
   uint64_t flights_ = 0;
   // Writes are numbered; a key's last one, and the last InvalidateAll.

@@ -1,24 +1,35 @@
 // File: paddock/internal/entry.h
 // -----------------------------------------------------------------------------
-// `Entry<K, V>`: what a cache stores for one key, a value or a remembered
-// error, with the timestamps its policy fixed when it was stored. Immutable
-// once published: a write replaces the entry (readers hold no lock), except
-// for the two one-way flags lookups set and the links the shard's mutex
-// guards.
+// `Entry<K, V, kCompact>`: what a cache stores for one key, a value or a
+// remembered error, with the times its policy fixed when it was stored.
+// Immutable once published: a write replaces the entry (readers hold no
+// lock), except for the two one-way flags lookups set and the links the
+// shard's mutex guards.
 //
-// Timestamps are nanoseconds on the cache's clock (`Options::clock`).
+// Times are nanoseconds on the cache's clock (`Options::clock`).
+//
+// Two layouts, chosen by the policy. A policy whose lifetime is the same for
+// every value (`kFixedLifetime`) gets the compact one: an entry whose times
+// are its load's end plus the cache's fixed offsets (`FixedTimes`) stores
+// only `quiet_until` and the load's duration, and derives the rest; any other
+// entry of that cache (from the shared tier, a remembered error, a time that
+// saturated) keeps its times in its extras. Every other policy stores all
+// times inline. An entry of uint64_t key and value is 56 bytes compact (a
+// 64-byte malloc chunk), 96 bytes otherwise.
 
 #ifndef PADDOCK_INTERNAL_ENTRY_H_
 #define PADDOCK_INTERNAL_ENTRY_H_
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <optional>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -27,76 +38,286 @@
 
 namespace paddock::internal {
 
-// What few entries need, kept apart so that the others stay small (an entry
-// of uint64_t key and value fits a 128-byte malloc chunk).
+// `t + d` for nanoseconds, clamped to the int64 range.
+inline int64_t AddNanosSaturated(int64_t t, int64_t d) {
+  int64_t sum;
+  if (__builtin_add_overflow(t, d, &sum)) {
+    return d > 0 ? std::numeric_limits<int64_t>::max()
+                 : std::numeric_limits<int64_t>::min();
+  }
+  return sum;
+}
+
+// An entry's schedule, in absolute nanoseconds.
+struct EntryTimes {
+  int64_t loaded_at = 0;
+  // Until then a hit serves the value without asking the policy.
+  int64_t quiet_until = std::numeric_limits<int64_t>::min();
+  int64_t expires_at = 0;  // Fresh until then.
+  int64_t keep_until = 0;  // Never served after; evicted first after.
+  // Stale-if-error (RFC 5861): until then the value stands in for a failed
+  // load (`Lifetime::serve_on_error_for`, SoftTtl's `stale_if_error`).
+  int64_t stale_if_error_until = 0;
+  int64_t load_duration = 0;
+};
+
+// The offsets from a load's end of a fixed lifetime (`kFixedLifetime`), in
+// nanoseconds, each clamped to the int64 range.
+struct FixedTimes {
+  int64_t quiet = 0;
+  int64_t expires = 0;
+  int64_t keep = 0;
+  int64_t serve_on_error = 0;
+
+  // The schedule of a value loaded at `loaded_at`, saturated as the cache
+  // computes it.
+  EntryTimes At(int64_t loaded_at, int64_t load_duration) const {
+    return {loaded_at,
+            AddNanosSaturated(loaded_at, quiet),
+            AddNanosSaturated(loaded_at, expires),
+            AddNanosSaturated(loaded_at, keep),
+            AddNanosSaturated(loaded_at, serve_on_error),
+            load_duration};
+  }
+};
+
+// What few entries need, kept apart so that the others stay small.
 struct EntryExtras {
   absl::Status error;  // Non-OK in a remembered error, while error_until.
   int64_t error_until = std::numeric_limits<int64_t>::min();
   // The shared tier's name for the value (`SharedRecord::version`), when it
   // came from or went to the tier; empty otherwise.
   std::string shared_version;
+  // A compact entry's times, once it has extras.
+  EntryTimes times;
 };
 
-// Fields in the order a lookup reads them: a hit reads `hash` to `value`,
-// which for small keys and values share the entry's first cache line; the
-// eviction order's fields follow. Aligned to 16 so that a table slot can keep
-// four bits of the hash beside the address (node_table.h).
-template <typename K, typename V>
-struct alignas(16) Entry {
-  Entry(size_t hash, const K& key) : hash(hash), key(key) {}
+template <typename K, typename V, bool kCompact = false>
+struct Entry {
+  // Every entry is allocated at this alignment, whatever alignof(Entry), so
+  // that a table slot can keep three bits of the hash beside the address
+  // (node_table.h) without rounding the entry up to a multiple of 16.
+  // (Where plain new already guarantees it, as on x86-64 and arm64, plain
+  // new is what runs.)
+  static constexpr size_t kAddressAlignment = 16;
+  static constexpr bool kPlainNewAligns =
+      __STDCPP_DEFAULT_NEW_ALIGNMENT__ >= kAddressAlignment;
+  static void* operator new(size_t size) {
+    if constexpr (kPlainNewAligns) {
+      return ::operator new(size);
+    } else {
+      return ::operator new (size, std::align_val_t{kAddressAlignment});
+    }
+  }
+  static void operator delete(void* p) {
+    if constexpr (kPlainNewAligns) {
+      ::operator delete(p);
+    } else {
+      ::operator delete (p, std::align_val_t{kAddressAlignment});
+    }
+  }
 
-  // Read by lookups without a lock; never changes after publication.
-  const size_t hash;
+  Entry(size_t hash, const K& key)
+      : hash(static_cast<uint32_t>(hash)), key(key) {}
+  ~Entry() {
+    if (has_value_) value_.~V();
+    if (has_extras_) delete Extras();
+  }
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
 
+  // Fields in the order a lookup reads them: a hit reads `hash` to the
+  // value, which for small keys and values share the entry's first 32 bytes.
+
+  // The low half of the key's hash (the table's index and tag bits; the
+  // shard is picked from the high half). Never changes.
+  const uint32_t hash;
   // Written by lookups, one-way and only when it changes.
   std::atomic<bool> visited{false};     // SIEVE's bit.
   std::atomic<bool> refreshing{false};  // A refresh was asked for.
-  // Guarded by the shard's mutex; shares a word with the flags above.
-  uint32_t heap_index = 0;
 
-  // Until then a hit serves the value without asking the policy.
+ private:
+  bool has_value_ = false;
+  bool has_extras_ = false;
+
+ public:
+  // Until then a hit serves the value without asking the policy. Set by
+  // SetTimes.
   int64_t quiet_until = std::numeric_limits<int64_t>::min();
   const K key;
-  std::optional<V> value;  // Empty in a remembered error.
 
+ private:
+  union {
+    V value_;  // Constructed iff has_value_.
+  };
+
+ public:
   // Guarded by the shard's mutex.
   Entry* older = nullptr;
   Entry* newer = nullptr;
 
-  int64_t keep_until = 0;  // Never served after; evicted first after.
-  std::unique_ptr<EntryExtras> extras;  // Null for most entries.
-  int64_t loaded_at = 0;
-  int64_t expires_at = 0;  // Fresh until then.
-  // Stale-if-error (RFC 5861): until then the value stands in for a failed
-  // load (`Lifetime::serve_on_error_for`, SoftTtl's `stale_if_error`).
-  int64_t stale_if_error_until = 0;
-  int64_t load_duration = 0;
+  // -- The value; empty in a remembered error.
+  bool has_value() const { return has_value_; }
+  const V& value() const { return value_; }
+  // Before publication only; at most once.
+  template <typename... Args>
+  void emplace_value(Args&&... args) {
+    ::new (static_cast<void*>(&value_)) V(std::forward<Args>(args)...);
+    has_value_ = true;
+  }
 
+  // -- Times. `fixed`: the cache's fixed lifetime (ignored unless compact).
+  EntryTimes times(const FixedTimes& fixed) const {
+    if constexpr (kCompact) {
+      if (has_extras_) return Extras()->times;
+      return fixed.At(quiet_until - fixed.quiet, CompactDuration());
+    } else {
+      return {tail_.loaded_at,
+              quiet_until,
+              tail_.expires_at,
+              tail_.keep_until,
+              tail_.stale_if_error_until,
+              tail_.load_duration};
+    }
+  }
+  int64_t loaded_at(const FixedTimes& fixed) const {
+    if constexpr (kCompact) {
+      return has_extras_ ? Extras()->times.loaded_at
+                         : quiet_until - fixed.quiet;
+    } else {
+      return tail_.loaded_at;
+    }
+  }
+  int64_t expires_at(const FixedTimes& fixed) const {
+    if constexpr (kCompact) {
+      return has_extras_
+                 ? Extras()->times.expires_at
+                 : AddNanosSaturated(quiet_until - fixed.quiet, fixed.expires);
+    } else {
+      return tail_.expires_at;
+    }
+  }
+  int64_t keep_until(const FixedTimes& fixed) const {
+    if constexpr (kCompact) {
+      return has_extras_
+                 ? Extras()->times.keep_until
+                 : AddNanosSaturated(quiet_until - fixed.quiet, fixed.keep);
+    } else {
+      return tail_.keep_until;
+    }
+  }
+  int64_t stale_if_error_until(const FixedTimes& fixed) const {
+    if constexpr (kCompact) {
+      return has_extras_ ? Extras()->times.stale_if_error_until
+                         : AddNanosSaturated(quiet_until - fixed.quiet,
+                                             fixed.serve_on_error);
+    } else {
+      return tail_.stale_if_error_until;
+    }
+  }
+  int64_t load_duration(const FixedTimes& fixed) const {
+    (void)fixed;
+    if constexpr (kCompact) {
+      return has_extras_ ? Extras()->times.load_duration : CompactDuration();
+    } else {
+      return tail_.load_duration;
+    }
+  }
+
+  // Sets every time; before publication only. A compact entry keeps only
+  // what it cannot derive from `fixed` exactly, in its extras otherwise.
+  void SetTimes(const EntryTimes& t, const FixedTimes& fixed) {
+    quiet_until = t.quiet_until;
+    if constexpr (kCompact) {
+      if (!has_extras_ && Derivable(t, fixed)) {
+        tail_.word = static_cast<uint64_t>(t.load_duration);
+        return;
+      }
+      mutable_extras(fixed).times = t;
+    } else {
+      tail_.loaded_at = t.loaded_at;
+      tail_.expires_at = t.expires_at;
+      tail_.keep_until = t.keep_until;
+      tail_.stale_if_error_until = t.stale_if_error_until;
+      tail_.load_duration = t.load_duration;
+    }
+  }
+
+  // -- Extras.
   // A remembered error (OK if none) and until when it answers.
   const absl::Status& error() const {
     static const absl::Status* const kOk = new absl::Status();
-    return extras != nullptr ? extras->error : *kOk;
+    return has_extras_ ? Extras()->error : *kOk;
   }
   int64_t error_until() const {
-    return extras != nullptr ? extras->error_until
-                             : std::numeric_limits<int64_t>::min();
+    return has_extras_ ? Extras()->error_until
+                       : std::numeric_limits<int64_t>::min();
   }
   // The shared tier's version of the value, or nullptr.
   const std::string* shared_version() const {
-    return extras != nullptr && !extras->shared_version.empty()
-               ? &extras->shared_version
+    return has_extras_ && !Extras()->shared_version.empty()
+               ? &Extras()->shared_version
                : nullptr;
   }
-  // The extras, made on first use; before publication only.
-  EntryExtras& mutable_extras() {
-    if (extras == nullptr) extras = std::make_unique<EntryExtras>();
-    return *extras;
+  // The extras, made on first use (a compact entry's times move there);
+  // before publication only.
+  EntryExtras& mutable_extras(const FixedTimes& fixed) {
+    if (!has_extras_) {
+      auto extras = std::make_unique<EntryExtras>();
+      if constexpr (kCompact) {
+        extras->times = times(fixed);
+        tail_.word = reinterpret_cast<uintptr_t>(extras.release());
+      } else {
+        (void)fixed;
+        tail_.extras = extras.release();
+      }
+      has_extras_ = true;
+    }
+    return *Extras();
   }
 
   // After then the entry answers nobody: its value is past `keep_until` and
   // a remembered error past `error_until`. Eviction takes such entries
-  // first.
-  int64_t evict_after() const { return std::max(keep_until, error_until()); }
+  // whatever their visited bit.
+  int64_t evict_after(const FixedTimes& fixed) const {
+    return std::max(keep_until(fixed), error_until());
+  }
+
+ private:
+  // Whether `fixed` gives back exactly `t` from `t.quiet_until`.
+  static bool Derivable(const EntryTimes& t, const FixedTimes& fixed) {
+    int64_t loaded_at;
+    if (__builtin_sub_overflow(t.quiet_until, fixed.quiet, &loaded_at)) {
+      return false;
+    }
+    const EntryTimes d = fixed.At(loaded_at, t.load_duration);
+    return d.loaded_at == t.loaded_at && d.quiet_until == t.quiet_until &&
+           d.expires_at == t.expires_at && d.keep_until == t.keep_until &&
+           d.stale_if_error_until == t.stale_if_error_until;
+  }
+  int64_t CompactDuration() const { return static_cast<int64_t>(tail_.word); }
+  EntryExtras* Extras() const {
+    if constexpr (kCompact) {
+      return reinterpret_cast<EntryExtras*>(static_cast<uintptr_t>(tail_.word));
+    } else {
+      return tail_.extras;
+    }
+  }
+
+  // Compact: one word, the extras' address once there are extras, the load
+  // duration before.
+  struct CompactTail {
+    uint64_t word = 0;
+  };
+  struct FullTail {
+    EntryExtras* extras = nullptr;
+    int64_t loaded_at = 0;
+    int64_t expires_at = 0;
+    int64_t keep_until = 0;
+    int64_t stale_if_error_until = 0;
+    int64_t load_duration = 0;
+  };
+  std::conditional_t<kCompact, CompactTail, FullTail> tail_;
 };
 
 // The entry that remembers a failed load of `key` for `error_ttl`, made when
@@ -104,33 +325,29 @@ struct alignas(16) Entry {
 // `keep_value`, it keeps `current`'s value and schedule beside the error, so
 // a value the policy still serves is not taken away. Copies the value: call
 // without a cache lock.
-template <typename K, typename V>
-std::unique_ptr<Entry<K, V>> MakeErrorEntry(size_t hash, const K& key,
-                                            const Entry<K, V>* current,
-                                            bool keep_value,
-                                            const absl::Status& error,
-                                            int64_t started, int64_t finished,
-                                            absl::Duration error_ttl) {
-  auto n = std::make_unique<Entry<K, V>>(hash, key);
+template <typename K, typename V, bool kCompact>
+std::unique_ptr<Entry<K, V, kCompact>> MakeErrorEntry(
+    size_t hash, const K& key, const Entry<K, V, kCompact>* current,
+    bool keep_value, const absl::Status& error, int64_t started,
+    int64_t finished, absl::Duration error_ttl, const FixedTimes& fixed) {
+  auto n = std::make_unique<Entry<K, V, kCompact>>(hash, key);
+  EntryExtras& extras = n->mutable_extras(fixed);
   if (keep_value) {
-    n->value = current->value;
-    n->quiet_until = current->quiet_until;
-    n->loaded_at = current->loaded_at;
-    n->expires_at = current->expires_at;
-    n->keep_until = current->keep_until;
-    n->stale_if_error_until = current->stale_if_error_until;
-    n->load_duration = current->load_duration;
+    n->emplace_value(current->value());
+    n->SetTimes(current->times(fixed), fixed);
     if (const std::string* version = current->shared_version()) {
-      n->mutable_extras().shared_version = *version;
+      extras.shared_version = *version;
     }
   } else {
-    n->loaded_at = finished;
-    n->expires_at = std::numeric_limits<int64_t>::min();
-    n->load_duration = finished - started;
-    n->keep_until = AddSaturated(finished, error_ttl);
+    EntryTimes t;
+    t.loaded_at = finished;
+    t.expires_at = std::numeric_limits<int64_t>::min();
+    t.load_duration = finished - started;
+    t.keep_until = AddSaturated(finished, error_ttl);
+    n->SetTimes(t, fixed);
   }
-  n->mutable_extras().error = error;
-  n->mutable_extras().error_until = AddSaturated(finished, error_ttl);
+  extras.error = error;
+  extras.error_until = AddSaturated(finished, error_ttl);
   return n;
 }
 

@@ -5,10 +5,12 @@
 // `Shard::Writer` to store and unlink entries, to keep the eviction order and
 // to register the loads in flight.
 //
-// Eviction order: when full, an entry that answers nobody any more (past its
-// `keep_until` and, for a remembered error, its `error_until`) goes first,
-// the earliest first; otherwise SIEVE picks the victim (an entry served
-// stale is live, like a fresh one).
+// Eviction order: SIEVE's, except that its hand also takes an entry that
+// answers nobody any more (past its `keep_until` and, for a remembered
+// error, its `error_until`) whatever its visited bit. An entry served stale
+// is live, like a fresh one. Expiry is checked only where the hand passes,
+// so a store touches no second order (an expiry heap cost every store a
+// sift over cold memory and 16 bytes per entry; docs/benchmarks.md).
 //
 // Nothing a writer removes is destroyed under the mutex: the `Writer` retires
 // unlinked entries and destroys dropped flight registrations (their keys and
@@ -31,7 +33,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "paddock/internal/entry.h"
-#include "paddock/internal/expiry_heap.h"
 #include "paddock/internal/mutex.h"
 #include "paddock/internal/node_table.h"
 #include "paddock/internal/retire_list.h"
@@ -81,11 +82,12 @@ struct RegistrationEq {
 
 // `Hash` is not called by the shard: callers pass the hash of each key
 // (already mixed, see hash_mix.h). `Flight` has `key()` and `hash()`
-// (internal::KeyedFlight).
-template <typename K, typename V, typename Flight, typename Hash, typename Eq>
+// (internal::KeyedFlight). `kCompact`: the entries' layout (entry.h).
+template <typename K, typename V, typename Flight, typename Hash, typename Eq,
+          bool kCompact = false>
 class alignas(64) Shard {
  public:
-  using Node = Entry<K, V>;
+  using Node = Entry<K, V, kCompact>;
   using FlightMap =
       absl::flat_hash_set<Registration<Flight>, RegistrationHash<K, Flight>,
                           RegistrationEq<K, Flight, Eq>>;
@@ -125,9 +127,12 @@ class alignas(64) Shard {
     table_.ForEach([](Node* n) { delete n; });
   }
 
-  // Sets how many entries the shard may hold; before first use.
-  void set_capacity(size_t capacity) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Sets how many entries the shard may hold and the cache's fixed lifetime
+  // (what its entries' times derive from); before first use.
+  void set_capacity(size_t capacity, const FixedTimes& fixed = {})
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
     capacity_ = capacity;
+    fixed_ = fixed;
   }
 
   // The entry for `key`, or nullptr. Lock-free: call inside an EpochGuard
@@ -213,7 +218,6 @@ class alignas(64) Shard {
       Node* fresh = n.release();
       table_.Replace(previous, fresh);
       sieve_.Replace(previous, fresh);
-      expiry_.Replace(previous, fresh);
       w.retired_.Add(previous);
       return 0;
     }
@@ -224,16 +228,17 @@ class alignas(64) Shard {
       table_.Reserve(
           std::min(table_.size() + 1, std::max<size_t>(capacity_, 1)),
           w.retired_);
-      if (table_.size() < capacity_) expiry_.ReserveOne();
     } catch (...) {
       w.retired_.Add(n.release());  // Its V must not die under the lock.
       throw;
     }
     size_t evicted = 0;
+    const auto dead = [&](const Node* v) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return v->evict_after(fixed_) <= now;
+    };
     while (table_.size() >= capacity_) {
-      Node* victim = expiry_.Top();
+      Node* victim = sieve_.Victim(dead);
       if (victim == nullptr) break;
-      if (victim->evict_after() > now) victim = sieve_.Victim();
       Unlink(w, victim);
       ++evicted;
     }
@@ -241,7 +246,6 @@ class alignas(64) Shard {
     Node* fresh = n.release();
     table_.InsertReserved(fresh);
     sieve_.Push(fresh);
-    expiry_.Push(fresh);
     size_.store(table_.size(), std::memory_order_relaxed);
     return evicted;
   }
@@ -250,7 +254,6 @@ class alignas(64) Shard {
   void Unlink(Writer& w, Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     table_.Erase(n);
     sieve_.Remove(n);
-    expiry_.Remove(n);
     size_.store(table_.size(), std::memory_order_relaxed);
     w.retired_.Add(n);
   }
@@ -278,9 +281,9 @@ class alignas(64) Shard {
   NodeTable<Node> table_;
   std::atomic<size_t> size_{0};
   Sieve<Node> sieve_ ABSL_GUARDED_BY(mu_);
-  ExpiryHeap<Node> expiry_ ABSL_GUARDED_BY(mu_);
   FlightMap in_flight_ ABSL_GUARDED_BY(mu_);
   size_t capacity_ ABSL_GUARDED_BY(mu_) = 0;
+  FixedTimes fixed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paddock::internal

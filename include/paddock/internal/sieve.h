@@ -51,8 +51,17 @@ class Sieve {
   // Returns the node SIEVE evicts next (still linked), or nullptr if empty.
   // Clears the visited bits the hand passes.
   Node* Victim() {
+    return Victim([](const Node*) { return false; });
+  }
+
+  // The same, except that the hand also stops at a visited node for which
+  // `dead(node)` holds (one nobody may be served any more): expiry checked
+  // where the hand passes, with no order of its own to keep.
+  template <typename Dead>
+  Node* Victim(const Dead& dead) {
     Node* n = hand_ != nullptr ? hand_ : tail_;
-    while (n != nullptr && n->visited.load(std::memory_order_relaxed)) {
+    while (n != nullptr && n->visited.load(std::memory_order_relaxed) &&
+           !dead(n)) {
       n->visited.store(false, std::memory_order_relaxed);
       n = n->newer != nullptr ? n->newer : tail_;
     }

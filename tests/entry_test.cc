@@ -1,0 +1,153 @@
+// Tests of paddock/internal/entry.h: a compact entry gives back exactly the
+// times it was given, whether it derives them from the cache's fixed
+// lifetime or keeps them in its extras, and stays small.
+
+#include "paddock/internal/entry.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace paddock::internal {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+
+// SoftTtl's offsets for ttl 10 s, stale_for 30 s, stale_if_error 5 s.
+constexpr FixedTimes kFixed{.quiet = 10'000'000'000,
+                            .expires = 10'000'000'000,
+                            .keep = 40'000'000'000,
+                            .serve_on_error = 15'000'000'000};
+
+using Compact = Entry<uint64_t, uint64_t, /*kCompact=*/true>;
+using Full = Entry<uint64_t, uint64_t, /*kCompact=*/false>;
+
+void ExpectTimes(const EntryTimes& want, const EntryTimes& got) {
+  EXPECT_EQ(got.loaded_at, want.loaded_at);
+  EXPECT_EQ(got.quiet_until, want.quiet_until);
+  EXPECT_EQ(got.expires_at, want.expires_at);
+  EXPECT_EQ(got.keep_until, want.keep_until);
+  EXPECT_EQ(got.stale_if_error_until, want.stale_if_error_until);
+  EXPECT_EQ(got.load_duration, want.load_duration);
+}
+
+template <typename E>
+void ExpectAccessors(const E& e, const EntryTimes& want) {
+  ExpectTimes(want, e.times(kFixed));
+  EXPECT_EQ(e.loaded_at(kFixed), want.loaded_at);
+  EXPECT_EQ(e.expires_at(kFixed), want.expires_at);
+  EXPECT_EQ(e.keep_until(kFixed), want.keep_until);
+  EXPECT_EQ(e.stale_if_error_until(kFixed), want.stale_if_error_until);
+  EXPECT_EQ(e.load_duration(kFixed), want.load_duration);
+  EXPECT_EQ(e.quiet_until, want.quiet_until);
+}
+
+TEST(EntryTest, ACompactEntryOfAUint64KeyAndValueFitsA64ByteChunk) {
+  // 56 bytes: malloc's 8-byte header makes it one 64-byte chunk.
+  EXPECT_LE(sizeof(Compact), 56u);
+  EXPECT_LE(sizeof(Full), 96u);
+}
+
+TEST(EntryTest, ACompactEntryDerivesTheTimesOfTheFixedLifetime) {
+  const EntryTimes t = kFixed.At(/*loaded_at=*/1'000, /*load_duration=*/7);
+  Compact e(42, 1);
+  e.emplace_value(2);
+  e.SetTimes(t, kFixed);
+  ExpectAccessors(e, t);
+  EXPECT_EQ(e.shared_version(), nullptr);
+  EXPECT_TRUE(e.error().ok());
+  EXPECT_EQ(e.error_until(), kMin);
+  EXPECT_EQ(e.evict_after(kFixed), t.keep_until);
+}
+
+TEST(EntryTest, ACompactEntryKeepsOtherTimesInItsExtras) {
+  // A schedule of the shared tier's, not the fixed one.
+  const EntryTimes t{.loaded_at = 1'000,
+                     .quiet_until = 5'000,
+                     .expires_at = 6'000,
+                     .keep_until = 9'000,
+                     .stale_if_error_until = 7'000,
+                     .load_duration = 3};
+  Compact e(42, 1);
+  e.emplace_value(2);
+  e.SetTimes(t, kFixed);
+  ExpectAccessors(e, t);
+}
+
+TEST(EntryTest, ACompactEntryWhoseTimesSaturatedKeepsThemExactly) {
+  // Near the end of the int64 range the fixed offsets saturate: quiet_until
+  // minus the offset is then not the load time.
+  const int64_t late = kMax - 20'000'000'000;
+  const EntryTimes t = kFixed.At(late, 1);
+  ASSERT_EQ(t.keep_until, kMax);
+  Compact e(42, 1);
+  e.SetTimes(t, kFixed);
+  ExpectAccessors(e, t);
+}
+
+TEST(EntryTest, ExtrasMadeAfterTheTimesKeepThem) {
+  const EntryTimes t = kFixed.At(1'000, 7);
+  Compact e(42, 1);
+  e.emplace_value(2);
+  e.SetTimes(t, kFixed);
+  e.mutable_extras(kFixed).shared_version = "v1";
+  ExpectAccessors(e, t);
+  ASSERT_NE(e.shared_version(), nullptr);
+  EXPECT_EQ(*e.shared_version(), "v1");
+}
+
+TEST(EntryTest, TimesSetAfterTheExtrasGoThere) {
+  const EntryTimes t = kFixed.At(1'000, 7);
+  Compact e(42, 1);
+  e.mutable_extras(kFixed).error = absl::UnavailableError("down");
+  e.mutable_extras(kFixed).error_until = 50'000'000'000;
+  e.SetTimes(t, kFixed);
+  ExpectAccessors(e, t);
+  EXPECT_EQ(e.error().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(e.evict_after(kFixed), 50'000'000'000);
+}
+
+TEST(EntryTest, AFullEntryStoresEveryTimeInline) {
+  const EntryTimes t{.loaded_at = 1'000,
+                     .quiet_until = 5'000,
+                     .expires_at = 6'000,
+                     .keep_until = 9'000,
+                     .stale_if_error_until = 7'000,
+                     .load_duration = 3};
+  Full e(42, 1);
+  e.emplace_value(2);
+  e.SetTimes(t, kFixed);
+  ExpectAccessors(e, t);
+}
+
+TEST(EntryTest, AnErrorEntryKeepsTheValueAndScheduleItReplaces) {
+  const EntryTimes t = kFixed.At(1'000, 7);
+  Entry<std::string, std::string, true> current(42, "k");
+  current.emplace_value("v");
+  current.SetTimes(t, kFixed);
+  auto kept = MakeErrorEntry(42, std::string("k"), &current,
+                             /*keep_value=*/true, absl::InternalError("x"),
+                             /*started=*/2'000, /*finished=*/3'000,
+                             absl::Seconds(1), kFixed);
+  ASSERT_TRUE(kept->has_value());
+  EXPECT_EQ(kept->value(), "v");
+  ExpectAccessors(*kept, t);
+  EXPECT_EQ(kept->error_until(), 3'000 + 1'000'000'000);
+
+  auto bare = MakeErrorEntry(42, std::string("k"), &current,
+                             /*keep_value=*/false, absl::InternalError("x"),
+                             2'000, 3'000, absl::Seconds(1), kFixed);
+  EXPECT_FALSE(bare->has_value());
+  EXPECT_EQ(bare->loaded_at(kFixed), 3'000);
+  EXPECT_EQ(bare->expires_at(kFixed), kMin);
+  EXPECT_EQ(bare->keep_until(kFixed), 3'000 + 1'000'000'000);
+  EXPECT_EQ(bare->load_duration(kFixed), 1'000);
+}
+
+}  // namespace
+}  // namespace paddock::internal
