@@ -124,6 +124,13 @@ uint32_t next_index ABSL_GUARDED_BY(registry_mu) = 0;
 constinit Mutex retire_mu;
 size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
 
+// One thread advances the epoch at a time, holding this and not retire_mu:
+// the advance's process-wide barrier interrupts every CPU running a thread
+// of the process (a VM exit each, on a VM), and a thread handing over its
+// retirements meanwhile must not sleep on retire_mu for it. A retirement
+// that finds an advance under way skips its own (the next one tries again).
+constinit Mutex advance_mu;
+
 // Objects retired while the global epoch was E sit in Retired()[E % 3].
 // Guarded by retire_mu. Made on first use rather than during static
 // initialisation, so a cache destroyed by another global's initialiser finds
@@ -175,21 +182,37 @@ struct RecordOwner {
 };
 
 // Tries to move the global epoch forward; on success returns the objects that
-// became safe to free. Requires retire_mu.
-std::vector<Retired> AdvanceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
-  HeavyFence();
-  const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
-  for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
-       r != nullptr; r = r->next) {
-    const uint64_t state = r->state.load(std::memory_order_seq_cst);
-    if ((state & 1) != 0 && (state >> 1) != epoch) return {};
+// became safe to free. Holds advance_mu, which it waits for if `wait`, or
+// else gives up if another thread holds it. Call without retire_mu.
+std::vector<Retired> Advance(bool wait) ABSL_LOCKS_EXCLUDED(retire_mu) {
+  if (wait) {
+    advance_mu.Lock();
+  } else if (!advance_mu.TryLock()) {
+    return {};
   }
-  const uint64_t next = epoch + 1;
-  global_epoch.store(next, std::memory_order_seq_cst);
-  retired_since_advance = 0;
-  // Every active guard now announced `epoch`, so nothing retired at
-  // `epoch - 1` or earlier is reachable: that is bucket (next + 1) % 3.
-  return std::exchange(RetiredLists()[(next + 1) % 3], {});
+  std::vector<Retired> freeable;
+  HeavyFence();
+  // Only an advancer changes the epoch: it stays `epoch` until the store.
+  const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
+  bool quiescent = true;
+  for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
+       r != nullptr && quiescent; r = r->next) {
+    const uint64_t state = r->state.load(std::memory_order_seq_cst);
+    quiescent = (state & 1) == 0 || (state >> 1) == epoch;
+  }
+  if (quiescent) {
+    const uint64_t next = epoch + 1;
+    // Under retire_mu, so that a hand-over files its objects under the
+    // epoch they were retired in or a later one.
+    MutexLock lock(&retire_mu);
+    global_epoch.store(next, std::memory_order_seq_cst);
+    retired_since_advance = 0;
+    // Every active guard now announced `epoch`, so nothing retired at
+    // `epoch - 1` or earlier is reachable: that is bucket (next + 1) % 3.
+    freeable = std::exchange(RetiredLists()[(next + 1) % 3], {});
+  }
+  advance_mu.Unlock();
+  return freeable;
 }
 
 size_t Free(std::vector<Retired>& objects) {
@@ -197,29 +220,29 @@ size_t Free(std::vector<Retired>& objects) {
   return objects.size();
 }
 
-// Moves `items` into the current epoch's list; advances the epoch if enough
-// retirements accumulated. Returns what became safe to free. Requires
-// retire_mu.
-std::vector<Retired> AddLocked(const Retired* items, size_t n)
+// Moves `items` into the current epoch's list; returns whether enough
+// retirements accumulated for an advance. Requires retire_mu.
+bool AddLocked(const Retired* items, size_t n)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
   std::vector<Retired>& bucket =
       RetiredLists()[global_epoch.load(std::memory_order_seq_cst) % 3];
   bucket.insert(bucket.end(), items, items + n);
   retired_since_advance += n;
-  if (retired_since_advance >= kAdvanceEvery) return AdvanceLocked();
-  return {};
+  return retired_since_advance >= kAdvanceEvery;
 }
 
 // Hands the calling thread's buffered retirements to the global lists and
 // frees what that makes safe. The lock is held only to move pointers.
 void FlushBuffer() {
   if (buffer_destroyed || buffer.size == 0) return;
-  std::vector<Retired> freeable;
+  bool advance;
   {
     MutexLock lock(&retire_mu);
-    freeable = AddLocked(buffer.items, buffer.size);
+    advance = AddLocked(buffer.items, buffer.size);
     buffer.size = 0;
   }
+  if (!advance) return;
+  std::vector<Retired> freeable = Advance(/*wait=*/false);
   // Deleters run user destructors: never under our lock. One may retire
   // again; the buffer is empty by then.
   Free(freeable);
@@ -277,11 +300,13 @@ void Retire(void* p, void (*deleter)(void*)) {
     if (buffer.size == kRetireBatch) FlushBuffer();
     return;
   }
-  std::vector<Retired> freeable;
+  bool advance;
   {
     MutexLock lock(&retire_mu);
-    freeable = AddLocked(&r, 1);
+    advance = AddLocked(&r, 1);
   }
+  if (!advance) return;
+  std::vector<Retired> freeable = Advance(/*wait=*/false);
   Free(freeable);
 }
 
@@ -290,11 +315,7 @@ size_t TryReclaim() {
   size_t freed = 0;
   // Three advances move everything retired before this call out of reach.
   for (int i = 0; i < 3; ++i) {
-    std::vector<Retired> freeable;
-    {
-      MutexLock lock(&retire_mu);
-      freeable = AdvanceLocked();
-    }
+    std::vector<Retired> freeable = Advance(/*wait=*/true);
     freed += Free(freeable);
   }
   return freed;

@@ -26,19 +26,19 @@ void Recorder::WaitTimeout() {
 
 void Recorder::Evicted(size_t n) {
   if (n == 0) return;
-  Add(kEvictions, n);
+  hot_.Increment(CurrentThreadRecord(), kHotEvictions, n);
   for (size_t i = 0; i < n; ++i) Notify([](Listener& l) { l.OnEviction(); });
 }
 
 void Recorder::LoadStarted(LoadKind kind) {
-  Add(kLoads);
+  hot_.Increment(CurrentThreadRecord(), kHotLoads);
   Notify([&](Listener& l) { l.OnLoadStart(kind); });
 }
 
 void Recorder::LoadFinished(LoadKind kind, absl::Duration duration,
                             const absl::Status& status) {
-  load_nanos_.fetch_add(absl::ToInt64Nanoseconds(duration),
-                        std::memory_order_relaxed);
+  hot_.Increment(CurrentThreadRecord(), kHotLoadNanos,
+                 static_cast<uint64_t>(absl::ToInt64Nanoseconds(duration)));
   if (!status.ok()) Add(kLoadFailures);
   Notify([&](Listener& l) { l.OnLoadFinish(kind, duration, status); });
 }
@@ -50,8 +50,11 @@ Stats Recorder::Snapshot() const {
   }
   s.hits = hot_.Sum(kHotHits);
   s.stale_hits = hot_.Sum(kHotStaleHits);
+  s.misses = hot_.Sum(kHotMisses);
+  s.loads = hot_.Sum(kHotLoads);
+  s.evictions = hot_.Sum(kHotEvictions);
   s.total_load_time =
-      absl::Nanoseconds(load_nanos_.load(std::memory_order_relaxed));
+      absl::Nanoseconds(static_cast<int64_t>(hot_.Sum(kHotLoadNanos)));
   return s;
 }
 

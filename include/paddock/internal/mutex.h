@@ -30,9 +30,25 @@ class ABSL_LOCKABLE Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
+  // Spins briefly before it sleeps: paddock holds its mutexes for a few
+  // hundred nanoseconds, and a futex sleep and wake-up costs microseconds
+  // (tens on a VM), most of a two-thread miss's time when two misses met on
+  // one shard (docs/benchmarks.md).
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
-    mu_.lock();
+    for (int i = 0; i < kSpins && !mu_.try_lock(); ++i) {
+      if (i + 1 == kSpins) {
+        mu_.lock();
+        break;
+      }
+      Pause();
+    }
     ++locks_held;
+  }
+  // Takes the mutex if it is free; returns whether it did. Never blocks.
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    if (!mu_.try_lock()) return false;
+    ++locks_held;
+    return true;
   }
   void Unlock() ABSL_UNLOCK_FUNCTION() {
     --locks_held;
@@ -65,6 +81,15 @@ class ABSL_LOCKABLE Mutex {
   }
 
  private:
+  static constexpr int kSpins = 64;
+  static void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
   std::mutex mu_;
 };
 

@@ -27,13 +27,13 @@ class PerThreadCounters {
   PerThreadCounters(const PerThreadCounters&) = delete;
   PerThreadCounters& operator=(const PerThreadCounters&) = delete;
 
-  // Adds one to counter `i` for the thread owning `record` and returns the
-  // line's new count. Call only from that thread.
+  // Adds `n` (one by default) to counter `i` for the thread owning `record`
+  // and returns the line's new count. Call only from that thread.
   ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t Increment(const ThreadRecord* record,
-                                                  size_t i) {
+                                                  size_t i, uint64_t n = 1) {
     std::atomic<uint64_t>& c = LineFor(record->index).counter[i];
     // Single writer per line: no read-modify-write needed.
-    const uint64_t next = c.load(std::memory_order_relaxed) + 1;
+    const uint64_t next = c.load(std::memory_order_relaxed) + n;
     c.store(next, std::memory_order_relaxed);
     return next;
   }

@@ -5,8 +5,10 @@
 // says what happened (`recorder.StaleHit(age)`) and never checks for a
 // listener or pairs a counter with a callback.
 //
-// Hits and stale hits count on per-thread lines (a hit writes nothing shared);
-// everything else counts on shared atomics. Listener calls are made here
+// Hits, stale hits and what every miss counts (the miss, its load, the load's
+// time, evictions) count on per-thread lines: a hit writes nothing shared,
+// and misses on two threads do not bounce counter lines between cores. The
+// rest counts on shared atomics. Listener calls are made here
 // only, never under a cache lock (the callers guarantee it), and an exception
 // a listener throws is caught and dropped: monitoring must not break serving.
 
@@ -48,7 +50,7 @@ class Recorder {
   // A stale value served in place of an error or a timeout.
   void StaleFallback(absl::Duration age);
   // A caller found nothing servable.
-  void Miss() { Add(kMisses); }
+  void Miss() { hot_.Increment(CurrentThreadRecord(), kHotMisses); }
   void CoalescedWait();
   void WaitTimeout();
   void Evicted(size_t n);
@@ -67,7 +69,15 @@ class Recorder {
   Stats Snapshot() const;
 
  private:
-  enum HotCounter { kHotHits, kHotStaleHits, kHotCounters };
+  enum HotCounter {
+    kHotHits,
+    kHotStaleHits,
+    kHotMisses,
+    kHotLoads,
+    kHotEvictions,
+    kHotLoadNanos,  // Two's complement: a clock may step back.
+    kHotCounters
+  };
 
   void Add(StatsCounter c, uint64_t n = 1) {
     cold_[c].fetch_add(n, std::memory_order_relaxed);
@@ -88,7 +98,6 @@ class Recorder {
   // The hot counters' per-thread lines are written by their own threads.
   mutable PerThreadCounters<kHotCounters> hot_;
   std::array<std::atomic<uint64_t>, kStatsCounters> cold_{};
-  std::atomic<int64_t> load_nanos_{0};
 };
 
 }  // namespace paddock::internal
