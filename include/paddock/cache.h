@@ -309,6 +309,9 @@ class Cache {
     // When the load starts, if its caller read the clock just before with
     // nothing to wait for in between (saves a clock read per miss).
     std::optional<int64_t> starts_at = std::nullopt;
+    // Instead of `flight`: a foreground load registered without one, which
+    // the first caller to join makes (internal/shard.h).
+    internal::PendingLoad<Flight>* pending = nullptr;
   };
 
   // What a stored entry answers a lookup at some instant.
@@ -1203,6 +1206,25 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
         "paddock: the loader called Get for the key it is loading");
   }
   std::shared_ptr<Flight> flight;
+  // This caller's load, if it leads one on this thread from start to end
+  // (a blocking loader): registered without a flight until someone joins.
+  internal::PendingLoad<Flight> pending;
+  bool pending_registered = false;
+  // Whatever escapes between the registration and the load's completion
+  // (which unregisters it), the registration must not outlive this frame,
+  // and whoever joined gets an answer.
+  absl::Cleanup abandon = [&] {
+    if (!pending_registered || pending.completed) return;
+    {
+      Writer w(shard);
+      shard.ForgetPending(w, &pending);
+    }
+    if (pending.flight != nullptr) {
+      PublishTo(*pending.flight,
+                {absl::InternalError("paddock: the load ended by an exception "
+                                     "before it completed")});
+    }
+  };
   LoadKind kind = LoadKind::kForeground;
   bool lead = false;
   Answer answer;
@@ -1226,9 +1248,15 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
           if (flight == nullptr) {
             // None in flight, or the one in flight is done or too old to
             // wait for: it keeps running but will no longer store.
-            flight = std::make_shared<Flight>(key, hash, now,
-                                              Flight::State::kRunning);
-            shard.Register(w, key, hash, flight);
+            if (!async_loader_) {
+              pending.started_at = now;
+              shard.RegisterPending(w, key, hash, &pending);
+              pending_registered = true;
+            } else {
+              flight = std::make_shared<Flight>(key, hash, now,
+                                                Flight::State::kRunning);
+              shard.Register(w, key, hash, flight);
+            }
             lead = true;
           } else if (flight->TryClaim(now)) {
             // A refresh still queued on the executor: run it here rather than
@@ -1274,6 +1302,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
   const internal::LoadSlots::Ticket slot =
       kind == LoadKind::kRefresh ? flight->slot() : 0;
   Load load{key, hash, std::move(flight), kind, slot};
+  if (pending_registered) load.pending = &pending;
   // Nothing between here and the loader call waits (no load slot to take, no
   // shared tier to ask): the load starts at `now`, to the clock's eye.
   if (options_.max_concurrent_loads == 0 && tier_ == nullptr) {
@@ -1630,8 +1659,10 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   Outcome outcome{std::move(result)};
   // If storing fails, publish anyway: a waiter may have joined.
   bool publish = true;
+  bool stored = false;
   try {
     publish = StoreOutcome(load, outcome, loader_ran, started, finished);
+    stored = true;
   } catch (const std::exception& e) {
     outcome = {absl::InternalError(
         absl::StrCat("paddock: storing the loaded value failed: ", e.what()))};
@@ -1645,7 +1676,23 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   // (An uncoalesced load's registration is shared with the key's other
   // loads and waited on by nobody: it is left alone.)
   if constexpr (P::kCoalesceLoads) {
-    if (!publish) {
+    if (internal::PendingLoad<Flight>* pending = load.pending) {
+      if (!stored) {
+        // Still registered, perhaps: unregistered here, so that its flight
+        // (if anyone joined) is final and nobody joins it after this.
+        Shard& shard = ShardFor(load.hash);
+        Writer w(shard);
+        shard.ForgetPending(w, pending);
+      }
+      pending->completed = true;
+      if (pending->flight != nullptr) {
+        if (!publish) {
+          pending->flight->Abandon();
+        } else {
+          PublishTo(*pending->flight, outcome);
+        }
+      }
+    } else if (!publish) {
       load.flight->Abandon();
     } else {
       PublishTo(*load.flight, outcome);
@@ -1736,10 +1783,13 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
       // sharing it.
       const bool last =
           !P::kCoalesceLoads ? load.flight->RemoveRunner() == 0 : true;
-      const bool own =
-          shard.IsRegistered(w, key, load.hash, load.flight.get(), last);
+      const bool own = shard.IsRegistered(w, key, load.hash, load.flight.get(),
+                                          last, load.pending);
       // Final: the flight can no longer be found, or is about to be done.
-      joined = load.flight->joined() > 0;
+      const Flight* flight = load.pending != nullptr
+                                 ? load.pending->flight.get()
+                                 : load.flight.get();
+      joined = flight != nullptr && flight->joined() > 0;
       if (own && fresh != nullptr) {
         evicted = shard.Store(w, current, std::move(fresh), finished);
       } else if (own && current != nullptr && !outcome.value.ok()) {
@@ -1826,7 +1876,7 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
     const int64_t now = NowNanos();
     // One load per key; the one in flight replaces `n` when it stores.
     // `n` stays marked, so its later hits do not come here again.
-    if (shard.LiveFlight(key, hash, now, max_load_age_) != nullptr) {
+    if (shard.HasLiveFlight(key, hash, now, max_load_age_)) {
       std::move(refreshable).Cancel();
       return task.reset();
     }

@@ -40,12 +40,33 @@
 
 namespace paddock::internal {
 
-// A load registered in the in-flight set: its flight, which carries the key
-// and its hash (computed once by the cache). Rehashing moves only the
-// pointer, so no key is copied or destroyed under the lock.
+// A foreground load whose leader runs it on its own thread from start to
+// end, registered without a flight: most loads are joined by nobody, and a
+// flight (an allocation, a mutex, a condition variable, reference counts)
+// was most of what registering one cost. The first caller to join makes the
+// flight, under the shard's mutex. Lives on the leader's stack; the leader
+// sees it unregistered, under the mutex, before it returns.
 template <typename Flight>
+struct PendingLoad {
+  int64_t started_at = 0;
+  // Made by the first joiner; final once the load is unregistered.
+  std::shared_ptr<Flight> flight;
+  // Set by the leader once its load completed (it is unregistered then).
+  bool completed = false;
+};
+
+// A load registered in the in-flight set: its flight, which carries the key
+// and its hash (computed once by the cache), or a pending load and its
+// leader's key. Rehashing moves only pointers, so no key is copied or
+// destroyed under the lock.
+template <typename K, typename Flight>
 struct Registration {
-  mutable std::shared_ptr<Flight> flight;  // Moved out only to erase.
+  // The flight's own key, or the pending load's leader's (an equal key may
+  // take its place).
+  mutable const K* key;
+  size_t hash;
+  mutable std::shared_ptr<Flight> flight;          // Moved out only to erase.
+  mutable PendingLoad<Flight>* pending = nullptr;  // Instead of `flight`.
 };
 // What a lookup passes: the caller's key and its hash.
 template <typename K>
@@ -57,22 +78,16 @@ struct RegistrationKey {
 template <typename K, typename Flight>
 struct RegistrationHash {
   using is_transparent = void;
-  size_t operator()(const Registration<Flight>& r) const {
-    return r.flight->hash();
-  }
+  size_t operator()(const Registration<K, Flight>& r) const { return r.hash; }
   size_t operator()(const RegistrationKey<K>& k) const { return k.hash; }
 };
 
 template <typename K, typename Flight, typename Eq>
 struct RegistrationEq {
   using is_transparent = void;
-  static const K& KeyOf(const Registration<Flight>& r) {
-    return r.flight->key();
-  }
+  static const K& KeyOf(const Registration<K, Flight>& r) { return *r.key; }
   static const K& KeyOf(const RegistrationKey<K>& k) { return *k.key; }
-  static size_t HashOf(const Registration<Flight>& r) {
-    return r.flight->hash();
-  }
+  static size_t HashOf(const Registration<K, Flight>& r) { return r.hash; }
   static size_t HashOf(const RegistrationKey<K>& k) { return k.hash; }
   template <typename A, typename B>
   bool operator()(const A& a, const B& b) const {
@@ -88,8 +103,9 @@ template <typename K, typename V, typename Flight, typename Hash, typename Eq,
 class alignas(64) Shard {
  public:
   using Node = Entry<K, V, kCompact>;
+  using Pending = PendingLoad<Flight>;
   using FlightMap =
-      absl::flat_hash_set<Registration<Flight>, RegistrationHash<K, Flight>,
+      absl::flat_hash_set<Registration<K, Flight>, RegistrationHash<K, Flight>,
                           RegistrationEq<K, Flight, Eq>>;
 
   // Holds the shard's mutex for its lifetime; on destruction releases it,
@@ -151,41 +167,75 @@ class alignas(64) Shard {
   // The load of `key` registered now, if it is not done and either still
   // queued (it cannot hang before it starts: whoever needs it claims it) or
   // started less than `max_age` ago (an older one keeps running but no
-  // longer blocks the key); otherwise nullptr.
+  // longer blocks the key); otherwise nullptr. For a pending load, makes its
+  // flight (the caller joins it): may throw then (an allocation, a copy of
+  // the key), leaving the shard unchanged.
   std::shared_ptr<Flight> LiveFlight(const K& key, size_t hash, int64_t now,
-                                     int64_t max_age) const
+                                     int64_t max_age)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
-    if (it == in_flight_.end() || it->flight->done() ||
-        (!it->flight->queued() && now - it->flight->started_at() >= max_age)) {
-      return nullptr;
+    if (it == in_flight_.end() || !Live(*it, now, max_age)) return nullptr;
+    if (Pending* p = it->pending; p != nullptr) {
+      if (p->flight == nullptr) {
+        p->flight = std::make_shared<Flight>(key, hash, p->started_at,
+                                             Flight::State::kRunning);
+      }
+      return p->flight;
     }
     return it->flight;
   }
 
-  // Registers `flight` as the load of `key`, replacing any registered one
-  // (which then stores nothing). May throw (a copy of the key, growth),
-  // leaving the shard unchanged.
-  void Register(Writer& w, const K& key, size_t hash,
-                std::shared_ptr<Flight> flight)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Whether LiveFlight would return a flight; makes none.
+  bool HasLiveFlight(const K& key, size_t hash, int64_t now,
+                     int64_t max_age) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
-    if (it != in_flight_.end()) {
-      assert(w.replaced_flight_ == nullptr);
-      w.replaced_flight_ = std::exchange(it->flight, std::move(flight));
-      return;
-    }
-    in_flight_.insert(Registration<Flight>{std::move(flight)});
+    return it != in_flight_.end() && Live(*it, now, max_age);
   }
 
-  // Whether `flight` is the registered load of `key`; if so and `drop`,
-  // unregisters it (one lookup for both).
+  // Registers `flight` as the load of `key` (equal to `flight->key()`, which
+  // the registration refers to), replacing any registered one (which then
+  // stores nothing). May throw (growth), leaving the shard unchanged.
+  void Register(Writer& w, const K& /*key*/, size_t hash,
+                std::shared_ptr<Flight> flight)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const K* own_key = &flight->key();
+    Put(w, Registration<K, Flight>{own_key, hash, std::move(flight)});
+  }
+
+  // Registers `pending`, a load of `key` whose leader holds `key` and
+  // `pending` until it unregisters it, replacing any registered one. May
+  // throw (growth), leaving the shard unchanged.
+  void RegisterPending(Writer& w, const K& key, size_t hash, Pending* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Put(w, Registration<K, Flight>{&key, hash, nullptr, pending});
+  }
+
+  // Whether `flight` (or `pending`: pass one) is the registered load of
+  // `key`; if so and `drop`, unregisters it (one lookup for both).
   bool IsRegistered(Writer& w, const K& key, size_t hash, const Flight* flight,
-                    bool drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                    bool drop, const Pending* pending = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
-    if (it == in_flight_.end() || it->flight.get() != flight) return false;
+    if (it == in_flight_.end() ||
+        (pending != nullptr
+             ? it->pending != pending
+             : it->pending != nullptr || it->flight.get() != flight)) {
+      return false;
+    }
     if (drop) Drop(w, it);
     return true;
+  }
+
+  // Unregisters `pending` if it is still registered, without comparing
+  // keys (for a leader whose key comparison threw): a scan of the set.
+  void ForgetPending(Writer& w, const Pending* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it) {
+      if (it->pending == pending) {
+        Drop(w, it);
+        return;
+      }
+    }
   }
 
   // Unregisters the load of `key`, if any: a load in flight no longer stores
@@ -204,7 +254,9 @@ class alignas(64) Shard {
   // Loads registered and not done.
   size_t live_flights() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     size_t live = 0;
-    for (const auto& r : in_flight_) live += !r.flight->done();
+    for (const auto& r : in_flight_) {
+      live += r.pending != nullptr || !r.flight->done();
+    }
     return live;
   }
 
@@ -267,6 +319,30 @@ class alignas(64) Shard {
   }
 
  private:
+  // Whether registration `r` still blocks its key at `now` (see LiveFlight).
+  static bool Live(const Registration<K, Flight>& r, int64_t now,
+                   int64_t max_age) {
+    if (r.pending != nullptr) return now - r.pending->started_at < max_age;
+    return !r.flight->done() &&
+           (r.flight->queued() || now - r.flight->started_at() < max_age);
+  }
+
+  // Inserts `r`, or puts it in place of the registration of its key (whose
+  // flight the writer destroys after the lock; a pending load's leader
+  // learns at its end that it no longer owns the key).
+  void Put(Writer& w, Registration<K, Flight> r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = in_flight_.find(RegistrationKey<K>{r.key, r.hash});
+    if (it != in_flight_.end()) {
+      assert(w.replaced_flight_ == nullptr);
+      w.replaced_flight_ = std::exchange(it->flight, std::move(r.flight));
+      it->pending = r.pending;
+      it->key = r.key;  // Equal, and it outlives the registration.
+      return;
+    }
+    in_flight_.insert(std::move(r));
+  }
+
   void Drop(Writer& w, typename FlightMap::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // The element's destructor then frees nothing: its flight (and key) is
