@@ -28,6 +28,7 @@
 #include "paddock/clock.h"
 #include "paddock/executor.h"
 #include "paddock/internal/entry.h"
+#include "paddock/internal/node_pool.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
@@ -80,11 +81,13 @@ TEST(ExceptionSafety, FailingToAllocateTheEntryFailsThatLoadOnly) {
   StringCache cache(
       [&](const std::string& k) -> absl::StatusOr<std::string> {
         // The next allocation of an entry's size on this thread is the
-        // entry this load's value goes into.
+        // entry this load's value goes into (with no block of that size
+        // cached by this thread's node pool).
         if (++loads == 1) {
-          fail_next_allocation_of =
-              sizeof(internal::Entry<std::string, std::string,
-                                     /*kCompact=*/true>);
+          using Node = internal::Entry<std::string, std::string,
+                                       /*kCompact=*/true>;
+          internal::NodePool<sizeof(Node), Node::kAddressAlignment>::Release();
+          fail_next_allocation_of = sizeof(Node);
         }
         return k;
       },

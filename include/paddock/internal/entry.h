@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "paddock/internal/node_pool.h"
 #include "paddock/internal/time_math.h"
 
 namespace paddock::internal {
@@ -97,24 +98,15 @@ struct Entry {
   // Every entry is allocated at this alignment, whatever alignof(Entry), so
   // that a table slot can keep three bits of the hash beside the address
   // (node_table.h) without rounding the entry up to a multiple of 16.
-  // (Where plain new already guarantees it, as on x86-64 and arm64, plain
-  // new is what runs.)
   static constexpr size_t kAddressAlignment = 16;
-  static constexpr bool kPlainNewAligns =
-      __STDCPP_DEFAULT_NEW_ALIGNMENT__ >= kAddressAlignment;
-  static void* operator new(size_t size) {
-    if constexpr (kPlainNewAligns) {
-      return ::operator new(size);
-    } else {
-      return ::operator new (size, std::align_val_t{kAddressAlignment});
-    }
+  // Entries come from a per-thread pool of blocks of their size
+  // (node_pool.h): every miss allocates one and, once reclaimed, frees
+  // another. Nothing derives from an entry, so `size` is sizeof(Entry).
+  static void* operator new(size_t /*size*/) {
+    return NodePool<sizeof(Entry), kAddressAlignment>::Allocate();
   }
   static void operator delete(void* p) {
-    if constexpr (kPlainNewAligns) {
-      ::operator delete(p);
-    } else {
-      ::operator delete (p, std::align_val_t{kAddressAlignment});
-    }
+    NodePool<sizeof(Entry), kAddressAlignment>::Free(p);
   }
 
   Entry(size_t hash, const K& key)
