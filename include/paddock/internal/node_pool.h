@@ -9,8 +9,9 @@
 // hands them out again; beyond that, and at thread exit, blocks go back to
 // `operator delete`.
 //
-// Under AddressSanitizer the pool is off (every block goes to the
-// allocator), so that a use of a freed entry is still reported.
+// Under AddressSanitizer and ThreadSanitizer the pool is off (every block
+// goes to the allocator, which they replace), so that a use of a freed entry,
+// or a race with its reuse, is still reported as such.
 
 #ifndef PADDOCK_INTERNAL_NODE_POOL_H_
 #define PADDOCK_INTERNAL_NODE_POOL_H_
@@ -20,10 +21,10 @@
 
 namespace paddock::internal {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 inline constexpr bool kNodePoolEnabled = false;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 inline constexpr bool kNodePoolEnabled = false;
 #else
 inline constexpr bool kNodePoolEnabled = true;
