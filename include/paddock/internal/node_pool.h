@@ -2,12 +2,12 @@
 // -----------------------------------------------------------------------------
 // `NodePool<kSize, kAlign>`: a per-thread free list of memory blocks of one
 // size, for a cache's entries. Every miss and every write allocates an entry
-// and, through epoch reclamation, frees another in batches of about a
-// hundred; glibc keeps only seven blocks per size in its per-thread cache, so
-// most of those calls took its slower paths (about 300 instructions per miss,
-// docs/benchmarks.md). A thread keeps up to `kMaxCached` blocks it freed and
-// hands them out again; beyond that, and at thread exit, blocks go back to
-// `operator delete`.
+// and, through epoch reclamation, frees another in batches of hundreds; glibc
+// keeps only seven blocks per size in its per-thread cache, so most of those
+// calls took its slower paths (about 300 instructions per miss,
+// docs/benchmarks.md). A thread keeps up to `kMaxCached` blocks it freed
+// (64 KiB) and hands them out again; beyond that, and at thread exit, blocks go
+// back to `operator delete`.
 //
 // Under AddressSanitizer and ThreadSanitizer the pool is off (every block
 // goes to the allocator, which they replace), so that a use of a freed entry,
@@ -16,6 +16,7 @@
 #ifndef PADDOCK_INTERNAL_NODE_POOL_H_
 #define PADDOCK_INTERNAL_NODE_POOL_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <new>
 
@@ -38,7 +39,9 @@ class NodePool {
   static_assert(kSize >= sizeof(void*), "a free block holds the next link");
 
  public:
-  static constexpr size_t kMaxCached = 256;
+  // As many blocks as 64 KiB hold (1,024 entries of a uint64_t cache): an
+  // epoch advance frees about 512 entries at once (epoch.cc).
+  static constexpr size_t kMaxCached = std::max<size_t>(64 * 1024 / kSize, 16);
 
   // A block of kSize bytes aligned to kAlign. May throw std::bad_alloc.
   static void* Allocate() {

@@ -332,15 +332,19 @@ class alignas(64) Shard {
   // learns at its end that it no longer owns the key).
   void Put(Writer& w, Registration<K, Flight> r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = in_flight_.find(RegistrationKey<K>{r.key, r.hash});
-    if (it != in_flight_.end()) {
+    // One probe: inserted here unless the key is registered already.
+    bool inserted = false;
+    auto it = in_flight_.lazy_emplace(RegistrationKey<K>{r.key, r.hash},
+                                      [&](const auto& construct) {
+                                        inserted = true;
+                                        construct(std::move(r));
+                                      });
+    if (!inserted) {
       assert(w.replaced_flight_ == nullptr);
       w.replaced_flight_ = std::exchange(it->flight, std::move(r.flight));
       it->pending = r.pending;
       it->key = r.key;  // Equal, and it outlives the registration.
-      return;
     }
-    in_flight_.insert(std::move(r));
   }
 
   void Drop(Writer& w, typename FlightMap::iterator it)
