@@ -142,7 +142,7 @@ std::vector<Retired>* RetiredLists() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
 }
 
 // Objects retired in the last `kAdvanceEvery` retirements wait for an advance.
-constexpr size_t kAdvanceEvery = 512;
+constexpr size_t kAdvanceEvery = 128;
 
 // Each thread collects this many retirements before it takes retire_mu, so
 // threads that evict at once do not queue on one lock for every node.
