@@ -35,11 +35,13 @@ void Recorder::LoadStarted(LoadKind kind) {
   Notify([&](Listener& l) { l.OnLoadStart(kind); });
 }
 
-void Recorder::LoadFinished(LoadKind kind, absl::Duration duration,
+void Recorder::LoadFinished(LoadKind kind, int64_t nanos,
                             const absl::Status& status) {
   hot_.Increment(CurrentThreadRecord(), kHotLoadNanos,
-                 static_cast<uint64_t>(absl::ToInt64Nanoseconds(duration)));
+                 static_cast<uint64_t>(nanos));
   if (!status.ok()) Add(kLoadFailures);
+  if (listener_ == nullptr) return;
+  const absl::Duration duration = absl::Nanoseconds(nanos);
   Notify([&](Listener& l) { l.OnLoadFinish(kind, duration, status); });
 }
 

@@ -1418,8 +1418,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
     const std::string* key_bytes, const std::string* lease_token) {
   const int64_t finished = NowNanos();
   slots_.Release(std::exchange(load.slot, 0));
-  recorder_.LoadFinished(load.kind, absl::Nanoseconds(finished - started),
-                         result.status());
+  recorder_.LoadFinished(load.kind, finished - started, result.status());
   if constexpr (kShareable) {
     if (lease_token != nullptr) {
       FillTier(load, *key_bytes, *lease_token, result, started, finished);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -43,8 +44,27 @@ class LoadSlots {
   // Takes a slot, waiting up to `timeout` (real time) for one; `now()` reads
   // the cache clock. Returns 0 on timeout. Thread-safe.
   template <typename NowFn>
-  Ticket AcquireFor(absl::Duration timeout, const NowFn& now) {
-    if (limit_ == 0) return kUnlimited;
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Ticket AcquireFor(absl::Duration timeout,
+                                                 const NowFn& now) {
+    if (limit_ == 0) return kUnlimited;  // Every miss passes here.
+    return AcquireForLimited(timeout, now);
+  }
+
+  // Returns a slot. A slot taken away from a too-old holder is not returned
+  // twice. Thread-safe.
+  void Release(Ticket ticket) {
+    if (limit_ == 0 || ticket == 0) return;
+    {
+      MutexLock lock(&mu_);
+      if (holders_.erase(ticket) == 0) return;
+      ++releases_;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  template <typename NowFn>
+  Ticket AcquireForLimited(absl::Duration timeout, const NowFn& now) {
     using SteadyClock = std::chrono::steady_clock;
     const bool forever = IsForever(timeout);
     const SteadyClock::time_point deadline =
@@ -73,19 +93,6 @@ class LoadSlots {
     }
   }
 
-  // Returns a slot. A slot taken away from a too-old holder is not returned
-  // twice. Thread-safe.
-  void Release(Ticket ticket) {
-    if (limit_ == 0 || ticket == 0) return;
-    {
-      MutexLock lock(&mu_);
-      if (holders_.erase(ticket) == 0) return;
-      ++releases_;
-    }
-    cv_.notify_one();
-  }
-
- private:
   static constexpr Ticket kUnlimited = 1;
   static constexpr std::chrono::milliseconds kRecheck{100};
 

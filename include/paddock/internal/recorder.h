@@ -62,8 +62,9 @@ class Recorder {
   void LeaseWait() { Add(kLeaseWaits); }
   void SharedError() { Add(kSharedErrors); }
   void LoadStarted(LoadKind kind);
-  void LoadFinished(LoadKind kind, absl::Duration duration,
-                    const absl::Status& status);
+  // `nanos`: how long the load took (a Duration is made only for a
+  // listener).
+  void LoadFinished(LoadKind kind, int64_t nanos, const absl::Status& status);
 
   // The counters now; each field exact, fields not taken at one instant.
   Stats Snapshot() const;
