@@ -33,9 +33,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "paddock/internal/entry.h"
-#include "paddock/internal/mutex.h"
 #include "paddock/internal/node_table.h"
 #include "paddock/internal/retire_list.h"
+#include "paddock/internal/short_mutex.h"
 #include "paddock/internal/sieve.h"
 
 namespace paddock::internal {
@@ -356,7 +356,7 @@ class alignas(64) Shard {
     in_flight_.erase(it);
   }
 
-  mutable Mutex mu_;
+  mutable ShortMutex mu_;
   // Written under mu_, read lock-free.
   NodeTable<Node> table_;
   std::atomic<size_t> size_{0};
