@@ -162,7 +162,7 @@ struct Entry {
   EntryTimes times(const FixedTimes& fixed) const {
     if constexpr (kCompact) {
       if (has_extras_) return Extras()->times;
-      return fixed.At(quiet_until - fixed.quiet, CompactDuration());
+      return fixed.At(DerivedLoadedAt(fixed), CompactDuration());
     } else {
       return {tail_.loaded_at,
               quiet_until,
@@ -174,8 +174,7 @@ struct Entry {
   }
   int64_t loaded_at(const FixedTimes& fixed) const {
     if constexpr (kCompact) {
-      return has_extras_ ? Extras()->times.loaded_at
-                         : quiet_until - fixed.quiet;
+      return has_extras_ ? Extras()->times.loaded_at : DerivedLoadedAt(fixed);
     } else {
       return tail_.loaded_at;
     }
@@ -184,7 +183,7 @@ struct Entry {
     if constexpr (kCompact) {
       return has_extras_
                  ? Extras()->times.expires_at
-                 : AddNanosSaturated(quiet_until - fixed.quiet, fixed.expires);
+                 : AddNanosSaturated(DerivedLoadedAt(fixed), fixed.expires);
     } else {
       return tail_.expires_at;
     }
@@ -193,7 +192,7 @@ struct Entry {
     if constexpr (kCompact) {
       return has_extras_
                  ? Extras()->times.keep_until
-                 : AddNanosSaturated(quiet_until - fixed.quiet, fixed.keep);
+                 : AddNanosSaturated(DerivedLoadedAt(fixed), fixed.keep);
     } else {
       return tail_.keep_until;
     }
@@ -201,7 +200,7 @@ struct Entry {
   int64_t stale_if_error_until(const FixedTimes& fixed) const {
     if constexpr (kCompact) {
       return has_extras_ ? Extras()->times.stale_if_error_until
-                         : AddNanosSaturated(quiet_until - fixed.quiet,
+                         : AddNanosSaturated(DerivedLoadedAt(fixed),
                                              fixed.serve_on_error);
     } else {
       return tail_.stale_if_error_until;
@@ -286,6 +285,18 @@ struct Entry {
     return d.loaded_at == t.loaded_at && d.quiet_until == t.quiet_until &&
            d.expires_at == t.expires_at && d.keep_until == t.keep_until &&
            d.stale_if_error_until == t.stale_if_error_until;
+  }
+  // A compact entry's load time. Exact for times SetTimes kept compact
+  // (Derivable checked that nothing overflows); saturated, and never
+  // undefined, for an entry whose times are not set yet (its extras copy
+  // them before SetTimes replaces them).
+  int64_t DerivedLoadedAt(const FixedTimes& fixed) const {
+    int64_t loaded_at;
+    if (__builtin_sub_overflow(quiet_until, fixed.quiet, &loaded_at)) {
+      return fixed.quiet > 0 ? std::numeric_limits<int64_t>::min()
+                             : std::numeric_limits<int64_t>::max();
+    }
+    return loaded_at;
   }
   int64_t CompactDuration() const { return static_cast<int64_t>(tail_.word); }
   EntryExtras* Extras() const {
