@@ -221,7 +221,7 @@ struct Entry {
     quiet_until = t.quiet_until;
     if constexpr (kCompact) {
       if (!has_extras_ && Derivable(t, fixed)) {
-        tail_.word = static_cast<uint64_t>(t.load_duration);
+        tail_.load_duration = t.load_duration;
         return;
       }
       mutable_extras(fixed).times = t;
@@ -255,13 +255,9 @@ struct Entry {
   EntryExtras& mutable_extras(const FixedTimes& fixed) {
     if (!has_extras_) {
       auto extras = std::make_unique<EntryExtras>();
-      if constexpr (kCompact) {
-        extras->times = times(fixed);
-        tail_.word = reinterpret_cast<uintptr_t>(extras.release());
-      } else {
-        (void)fixed;
-        tail_.extras = extras.release();
-      }
+      if constexpr (kCompact) extras->times = times(fixed);
+      // The compact tail's active member becomes the extras' address.
+      tail_.extras = extras.release();
       has_extras_ = true;
     }
     return *Extras();
@@ -298,19 +294,14 @@ struct Entry {
     }
     return loaded_at;
   }
-  int64_t CompactDuration() const { return static_cast<int64_t>(tail_.word); }
-  EntryExtras* Extras() const {
-    if constexpr (kCompact) {
-      return reinterpret_cast<EntryExtras*>(static_cast<uintptr_t>(tail_.word));
-    } else {
-      return tail_.extras;
-    }
-  }
+  int64_t CompactDuration() const { return tail_.load_duration; }
+  EntryExtras* Extras() const { return tail_.extras; }
 
-  // Compact: one word, the extras' address once there are extras, the load
-  // duration before.
-  struct CompactTail {
-    uint64_t word = 0;
+  // Compact: one word, the load duration until there are extras, their
+  // address after (`has_extras_` says which member is the active one).
+  union CompactTail {
+    int64_t load_duration = 0;
+    EntryExtras* extras;
   };
   struct FullTail {
     EntryExtras* extras = nullptr;

@@ -40,8 +40,9 @@ class NodePool {
 
  public:
   // As many blocks as 64 KiB hold (1,024 entries of a uint64_t cache): an
-  // epoch advance frees about 512 entries at once (epoch.cc).
-  static constexpr size_t kMaxCached = std::max<size_t>(64 * 1024 / kSize, 16);
+  // epoch advance frees a few hundred entries at once (epoch.cc).
+  static constexpr size_t kMaxCached =
+      std::max<size_t>(size_t{64} * 1024 / kSize, 16);
 
   // A block of kSize bytes aligned to kAlign. May throw std::bad_alloc.
   static void* Allocate() {
