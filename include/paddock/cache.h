@@ -367,11 +367,20 @@ class Cache {
       visited.store(true, std::memory_order_relaxed);
     }
   }
-  EntryState StateOf(const Entry* n) const {
-    const internal::EntryTimes t = n->times(fixed_times_);
+  // What the policy is told about `n`, whose times are `t`.
+  static EntryState StateOf(const Entry* n, const internal::EntryTimes& t) {
     return {absl::FromUnixNanos(t.loaded_at), absl::FromUnixNanos(t.expires_at),
             absl::Nanoseconds(t.load_duration),
             n->refreshing.load(std::memory_order_relaxed)};
+  }
+  EntryState StateOf(const Entry* n) const {
+    return StateOf(n, n->times(fixed_times_));
+  }
+  // The flight `load` publishes to: its own, or its pending load's if anyone
+  // joined (else null).
+  static Flight* FlightOf(const Load& load) {
+    return load.pending != nullptr ? load.pending->flight.get()
+                                   : load.flight.get();
   }
 
   // -- Lookups.
@@ -1145,11 +1154,7 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
     const Decision d =
         now < t.quiet_until
             ? Decision::kServe
-            : policy_.Decide({absl::FromUnixNanos(t.loaded_at),
-                              absl::FromUnixNanos(t.expires_at),
-                              absl::Nanoseconds(t.load_duration),
-                              n->refreshing.load(std::memory_order_relaxed)},
-                             absl::FromUnixNanos(now), rng_);
+            : policy_.Decide(StateOf(n, t), absl::FromUnixNanos(now), rng_);
     if (d != Decision::kLoad) {
       MarkVisited(n);
       const bool refresh = d == Decision::kServeAndRefresh &&
@@ -1684,17 +1689,13 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
         shard.ForgetPending(w, pending);
       }
       pending->completed = true;
-      if (pending->flight != nullptr) {
-        if (!publish) {
-          pending->flight->Abandon();
-        } else {
-          PublishTo(*pending->flight, outcome);
-        }
-      }
+    }
+    if (Flight* flight = FlightOf(load); flight == nullptr) {
+      // A pending load nobody joined: nothing to publish.
     } else if (!publish) {
-      load.flight->Abandon();
+      flight->Abandon();
     } else {
-      PublishTo(*load.flight, outcome);
+      PublishTo(*flight, outcome);
     }
   }
   if (load.delivery != nullptr) PublishTo(*load.delivery, outcome);
@@ -1785,9 +1786,7 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
       const bool own = shard.IsRegistered(w, key, load.hash, load.flight.get(),
                                           last, load.pending);
       // Final: the flight can no longer be found, or is about to be done.
-      const Flight* flight = load.pending != nullptr
-                                 ? load.pending->flight.get()
-                                 : load.flight.get();
+      const Flight* flight = FlightOf(load);
       joined = flight != nullptr && flight->joined() > 0;
       if (own && fresh != nullptr) {
         evicted = shard.Store(w, current, std::move(fresh), finished);

@@ -172,47 +172,21 @@ struct Entry {
               tail_.load_duration};
     }
   }
+  // Single times, for callers that need one (the slow paths).
   int64_t loaded_at(const FixedTimes& fixed) const {
-    if constexpr (kCompact) {
-      return has_extras_ ? Extras()->times.loaded_at : DerivedLoadedAt(fixed);
-    } else {
-      return tail_.loaded_at;
-    }
+    return times(fixed).loaded_at;
   }
   int64_t expires_at(const FixedTimes& fixed) const {
-    if constexpr (kCompact) {
-      return has_extras_
-                 ? Extras()->times.expires_at
-                 : AddNanosSaturated(DerivedLoadedAt(fixed), fixed.expires);
-    } else {
-      return tail_.expires_at;
-    }
+    return times(fixed).expires_at;
   }
   int64_t keep_until(const FixedTimes& fixed) const {
-    if constexpr (kCompact) {
-      return has_extras_
-                 ? Extras()->times.keep_until
-                 : AddNanosSaturated(DerivedLoadedAt(fixed), fixed.keep);
-    } else {
-      return tail_.keep_until;
-    }
+    return times(fixed).keep_until;
   }
   int64_t stale_if_error_until(const FixedTimes& fixed) const {
-    if constexpr (kCompact) {
-      return has_extras_ ? Extras()->times.stale_if_error_until
-                         : AddNanosSaturated(DerivedLoadedAt(fixed),
-                                             fixed.serve_on_error);
-    } else {
-      return tail_.stale_if_error_until;
-    }
+    return times(fixed).stale_if_error_until;
   }
   int64_t load_duration(const FixedTimes& fixed) const {
-    (void)fixed;
-    if constexpr (kCompact) {
-      return has_extras_ ? Extras()->times.load_duration : CompactDuration();
-    } else {
-      return tail_.load_duration;
-    }
+    return times(fixed).load_duration;
   }
 
   // Sets every time; before publication only. A compact entry keeps only
