@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -172,10 +173,12 @@ struct RecordOwner {
   ThreadRecord** cache = nullptr;
   ~RecordOwner() {
     owner_destroyed = true;
-    if (record == nullptr || record->depth != 0) return;
+    if (record == nullptr ||
+        record->state.load(std::memory_order_relaxed) != 0) {
+      return;  // Inside a guard: the record stays announced, never reused.
+    }
     // Later guards on this thread must acquire a record of their own.
     *cache = nullptr;
-    record->state.store(0, std::memory_order_release);
     MutexLock lock(&registry_mu);
     record->in_use.store(false, std::memory_order_release);
   }
@@ -280,6 +283,10 @@ ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
     if (record == nullptr) {
       record = new ThreadRecord;
       record->index = next_index++;
+      const uint32_t chunk = record->index / kStripesPerChunk;
+      record->stripe_chunk = std::min(chunk, kStripeChunks);
+      record->stripe_line =
+          chunk < kStripeChunks ? record->index % kStripesPerChunk : 0;
       record->next = records_head.load(std::memory_order_relaxed);
       records_head.store(record, std::memory_order_release);
     }

@@ -24,14 +24,24 @@
 
 namespace paddock::internal {
 
+// Per-thread stripes (per_thread_counters.h) are allocated in chunks of
+// kStripesPerChunk lines, at most kStripeChunks of them; threads past those
+// share one line.
+inline constexpr uint32_t kStripesPerChunk = 64;
+inline constexpr uint32_t kStripeChunks = 256;
+
 // One per thread that has used a guard; reused after the thread exits.
 struct alignas(64) ThreadRecord {
-  // 0 when outside any guard; otherwise (epoch << 1) | 1.
+  // 0 when outside any guard; otherwise (epoch << 1) | 1. Only the owning
+  // thread writes it, so it also tells that thread whether a guard is open.
   std::atomic<uint64_t> state{0};
-  // Nesting depth of guards on the owning thread. Owner-only.
-  uint32_t depth = 0;
   // Dense, stable while the owning thread lives; indexes per-thread stripes.
   uint32_t index = 0;
+  // Where the stripe of `index` is, kept so that a counter on the hit path
+  // finds it without dividing or checking bounds: the chunk (kStripeChunks
+  // for a thread past them) and the line in it (0 then).
+  uint32_t stripe_chunk = 0;
+  uint32_t stripe_line = 0;
   // Set while a live thread owns this record.
   std::atomic<bool> in_use{false};
   ThreadRecord* next = nullptr;  // Immutable once published.
@@ -42,10 +52,22 @@ struct alignas(64) ThreadRecord {
 // releases the record at exit.
 ThreadRecord* AcquireThreadRecord(ThreadRecord** cache);
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord* CurrentThreadRecord() {
+// The calling thread's cached record pointer; null until its first use.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord*& ThreadRecordSlot() {
   // A trivially destructible thread_local: access needs no init guard. The
   // record is released by a separate owner object on thread exit.
   static thread_local ThreadRecord* record = nullptr;
+  return record;
+}
+
+// The calling thread's record, or null if it has none yet. Never calls out:
+// for hit paths that must not keep registers across a call.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord* ThreadRecordIfAny() {
+  return ThreadRecordSlot();
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord* CurrentThreadRecord() {
+  ThreadRecord*& record = ThreadRecordSlot();
   if (record == nullptr) [[unlikely]] {
     record = AcquireThreadRecord(&record);
   }
@@ -82,8 +104,12 @@ class EpochGuard {
   EpochGuard() : EpochGuard(CurrentThreadRecord()) {}
   // For callers that already hold the calling thread's record.
   ABSL_ATTRIBUTE_ALWAYS_INLINE explicit EpochGuard(ThreadRecord* record)
-      : record_(record) {
-    if (record_->depth++ == 0) {
+      : record_(record),
+        // The outermost guard is the one that finds no announcement. Not a
+        // depth counter: its increment and decrement would make every hit
+        // wait on the previous hit's store (store-to-load forwarding).
+        outer_(record->state.load(std::memory_order_relaxed) == 0) {
+    if (outer_) [[likely]] {
       const uint64_t announce =
           (global_epoch.load(std::memory_order_seq_cst) << 1) | 1;
       if (kAsymmetricFenceAllowed &&
@@ -104,7 +130,7 @@ class EpochGuard {
     }
   }
   ABSL_ATTRIBUTE_ALWAYS_INLINE ~EpochGuard() {
-    if (--record_->depth == 0) {
+    if (outer_) {
       record_->state.store(0, std::memory_order_release);
     }
   }
@@ -113,6 +139,7 @@ class EpochGuard {
 
  private:
   ThreadRecord* record_;
+  const bool outer_;
 };
 
 // Frees `p` with `deleter(p)` once every guard active now has ended.

@@ -31,7 +31,7 @@ class PerThreadCounters {
   // and returns the line's new count. Call only from that thread.
   ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t Increment(const ThreadRecord* record,
                                                   size_t i, uint64_t n = 1) {
-    std::atomic<uint64_t>& c = LineFor(record->index).counter[i];
+    std::atomic<uint64_t>& c = LineFor(record).counter[i];
     // Single writer per line: no read-modify-write needed.
     const uint64_t next = c.load(std::memory_order_relaxed) + n;
     c.store(next, std::memory_order_relaxed);
@@ -52,41 +52,40 @@ class PerThreadCounters {
   }
 
  private:
-  static constexpr size_t kLinesPerChunk = 64;
-  static constexpr size_t kChunks = 256;  // Threads beyond 16384 share.
+  static constexpr size_t kLinesPerChunk = kStripesPerChunk;
+  static constexpr size_t kChunks = kStripeChunks;  // Threads past: share.
 
   struct alignas(64) Line {
     std::array<std::atomic<uint64_t>, N> counter{};
   };
 
-  ABSL_ATTRIBUTE_ALWAYS_INLINE Line& LineFor(uint32_t index) {
-    const size_t c = index / kLinesPerChunk;
-    Line* lines =
-        c < kChunks ? chunks_[c].load(std::memory_order_acquire) : nullptr;
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Line& LineFor(const ThreadRecord* record) {
+    // chunks_[kChunks] stays null: threads past the chunks take the slow
+    // path to the shared line.
+    Line* lines = chunks_[record->stripe_chunk].load(std::memory_order_acquire);
     if (lines == nullptr) [[unlikely]] {
-      return SlowLineFor(index);
+      return SlowLineFor(record->stripe_chunk, record->stripe_line);
     }
-    return lines[index % kLinesPerChunk];
+    return lines[record->stripe_line];
   }
 
   // First use of a chunk, or more threads than chunks can hold.
-  ABSL_ATTRIBUTE_NOINLINE Line& SlowLineFor(uint32_t index) {
-    const size_t c = index / kLinesPerChunk;
-    if (c >= kChunks) {
+  ABSL_ATTRIBUTE_NOINLINE Line& SlowLineFor(uint32_t chunk, uint32_t line) {
+    if (chunk >= kChunks) {
       return overflow_;  // Shared: counts may be lost, never corrupted.
     }
     Line* lines = nullptr;
     Line* fresh = new Line[kLinesPerChunk];
-    if (chunks_[c].compare_exchange_strong(lines, fresh,
-                                           std::memory_order_acq_rel)) {
+    if (chunks_[chunk].compare_exchange_strong(lines, fresh,
+                                               std::memory_order_acq_rel)) {
       lines = fresh;
     } else {
       delete[] fresh;
     }
-    return lines[index % kLinesPerChunk];
+    return lines[line];
   }
 
-  std::array<std::atomic<Line*>, kChunks> chunks_{};
+  std::array<std::atomic<Line*>, kChunks + 1> chunks_{};
   Line overflow_;
 };
 
