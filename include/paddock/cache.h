@@ -388,6 +388,11 @@ class Cache {
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnquiet(Shard& shard,
                                                        const K& key,
                                                        size_t hash);
+  // Get() where its hit path could not look: the thread has no epoch record
+  // yet, the cache has its own clock, or the coarse clock is not ticking.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnprepared(Shard& shard,
+                                                          const K& key,
+                                                          size_t hash);
   // What a lookup answers at once (fresh, stale, a remembered error), or
   // nullopt; may start a refresh. Takes no lock unless it starts one.
   std::optional<absl::StatusOr<V>> ServeNow(Shard& shard, const K& key,
@@ -874,12 +879,21 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
   const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
-  internal::ThreadRecord* const record = internal::CurrentThreadRecord();
+  // The hit path calls nothing but tail calls, so it needs no call frame or
+  // saved registers: what needs a call (a first record, another clock, a
+  // ticker to start) goes to GetUnprepared, which takes the same hit there.
+  internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
+  const int64_t now = system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
+  if (record == nullptr || now == 0) [[unlikely]] {
+    return GetUnprepared(shard, key, hash);
+  }
   bool found;
   {
     internal::EpochGuard guard(record);
     const Entry* n = shard.Find(hash, key, eq_);
-    if (n != nullptr && HitNowNanos() < n->quiet_until) [[likely]] {
+    // `now` was read before the lookup: a time never ahead of the entry's
+    // load, so a fresh entry is never refused for it, nor a stale one served.
+    if (n != nullptr && now < n->quiet_until) [[likely]] {
       MarkVisited(n);
       recorder_.Hit(record);
       return n->value();
@@ -889,6 +903,18 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
   // A key with no entry goes straight to the locked path, which looks again.
   if (!found) return GetSlow(shard, key, hash);
   return GetUnquiet(shard, key, hash);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
+                                                      const K& key,
+                                                      size_t hash) {
+  // TryServeNow acquires the record, reads this cache's clock (on the system
+  // clock, CoarseNowNanos starts or retries the ticker) and takes the hit.
+  if (std::optional<absl::StatusOr<V>> now = TryServeNow(shard, key, hash)) {
+    return *std::move(now);
+  }
+  return GetSlow(shard, key, hash);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

@@ -29,6 +29,10 @@ class Clock {
   virtual absl::Time Now() const = 0;
 };
 
+namespace internal {
+int64_t CoarseNowNanosIfTicking();  // Defined below.
+}  // namespace internal
+
 // SystemClock
 //
 // The default clock: CLOCK_MONOTONIC, expressed as `absl::UnixEpoch()` plus
@@ -77,6 +81,7 @@ class SystemClock final : public Clock {
   static void ForgetTickerAfterFork();
 
   static std::atomic<int64_t> coarse_nanos_;
+  friend int64_t internal::CoarseNowNanosIfTicking();
 };
 
 // ManualClock
@@ -109,6 +114,17 @@ class ManualClock final : public Clock {
   std::atomic<int64_t> nanos_;
 };
 
+namespace internal {
+
+// What `SystemClock::CoarseNowNanos()` returns while a ticker runs, else 0
+// (before its first call, in a child after `fork()` until one, or while no
+// ticker can be started). One relaxed load that never calls out, so a hit
+// path that reads it needs no call frame. Thread-safe.
+inline int64_t CoarseNowNanosIfTicking() {
+  return SystemClock::coarse_nanos_.load(std::memory_order_relaxed);
+}
+
+}  // namespace internal
 }  // namespace paddock
 
 #endif  // PADDOCK_CLOCK_H_
