@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <memory>
+#include <new>
 
 #include "absl/base/attributes.h"
 #include "paddock/internal/epoch.h"
@@ -50,8 +50,8 @@ class NodeTable {
                 "a slot keeps hash bits in its low bits");
 
  public:
-  NodeTable() : slots_(new Slots(kMinCapacity)) {}
-  ~NodeTable() { delete slots_.load(std::memory_order_relaxed); }
+  NodeTable() : slots_(Slots::Make(kMinCapacity)) {}
+  ~NodeTable() { Slots::Destroy(slots_.load(std::memory_order_relaxed)); }
   NodeTable(const NodeTable&) = delete;
   NodeTable& operator=(const NodeTable&) = delete;
 
@@ -64,7 +64,7 @@ class NodeTable {
     const uintptr_t tag = TagOf(hash);
     const uint32_t low = static_cast<uint32_t>(hash);
     for (size_t i = low & s->mask;; i = (i + 1) & s->mask) {
-      Slot v = s->slot[i].load(std::memory_order_acquire);
+      Slot v = s->slot()[i].load(std::memory_order_acquire);
       if (v == kEmpty) return nullptr;
       if (LowBits(v) != tag) continue;  // Another key, or a tombstone.
       Node* n = reinterpret_cast<Node*>(v - tag);
@@ -84,20 +84,20 @@ class NodeTable {
     // not more (slots are a fifth of an entry's bytes). Tombstone cleanup at
     // a quarter full keeps the size.
     const size_t capacity = std::max(kMinCapacity, std::bit_ceil(live * 3));
-    auto* fresh = new Slots(capacity);
+    Slots* fresh = Slots::Make(capacity);
     for (size_t i = 0; i <= old->mask; ++i) {
-      Slot v = old->slot[i].load(std::memory_order_relaxed);
+      Slot v = old->slot()[i].load(std::memory_order_relaxed);
       if (v == kEmpty || v == Tombstone()) continue;
       size_t j = HashOf(NodeOf(v)) & fresh->mask;
-      while (fresh->slot[j].load(std::memory_order_relaxed) != kEmpty) {
+      while (fresh->slot()[j].load(std::memory_order_relaxed) != kEmpty) {
         j = (j + 1) & fresh->mask;
       }
-      fresh->slot[j].store(v, std::memory_order_relaxed);
+      fresh->slot()[j].store(v, std::memory_order_relaxed);
     }
     tombstones_ = 0;
     slots_.store(fresh, std::memory_order_release);
     retired.AddObject(const_cast<Slots*>(old),
-                      [](void* p) { delete static_cast<Slots*>(p); });
+                      [](void* p) { Slots::Destroy(static_cast<Slots*>(p)); });
   }
 
   // Adds `n`, whose key is not present. May throw std::bad_alloc (growing),
@@ -112,10 +112,10 @@ class NodeTable {
   void InsertReserved(Node* n) {
     Slots* s = slots_.load(std::memory_order_relaxed);
     for (size_t i = HashOf(n) & s->mask;; i = (i + 1) & s->mask) {
-      Slot cur = s->slot[i].load(std::memory_order_relaxed);
+      Slot cur = s->slot()[i].load(std::memory_order_relaxed);
       if (cur == kEmpty || cur == Tombstone()) {
         if (cur == Tombstone()) --tombstones_;
-        s->slot[i].store(Tagged(n), std::memory_order_release);
+        s->slot()[i].store(Tagged(n), std::memory_order_release);
         ++live_;
         return;
       }
@@ -132,8 +132,9 @@ class NodeTable {
     Slots* s = slots_.load(std::memory_order_relaxed);
     size_t i = IndexOf(s, old);
     --live_;
-    if (s->slot[(i + 1) & s->mask].load(std::memory_order_relaxed) != kEmpty) {
-      s->slot[i].store(Tombstone(), std::memory_order_release);
+    if (s->slot()[(i + 1) & s->mask].load(std::memory_order_relaxed) !=
+        kEmpty) {
+      s->slot()[i].store(Tombstone(), std::memory_order_release);
       ++tombstones_;
       return;
     }
@@ -142,11 +143,11 @@ class NodeTable {
     // slot anyway, so a reader in the middle of one finds what it would have.
     // Without this, eviction fills the table with tombstones and each
     // cleanup rebuilds the whole slot array.
-    s->slot[i].store(kEmpty, std::memory_order_release);
+    s->slot()[i].store(kEmpty, std::memory_order_release);
     for (i = (i - 1) & s->mask;
-         s->slot[i].load(std::memory_order_relaxed) == Tombstone();
+         s->slot()[i].load(std::memory_order_relaxed) == Tombstone();
          i = (i - 1) & s->mask) {
-      s->slot[i].store(kEmpty, std::memory_order_release);
+      s->slot()[i].store(kEmpty, std::memory_order_release);
       --tombstones_;
     }
   }
@@ -158,7 +159,7 @@ class NodeTable {
   void ForEach(const F& f) const {
     const Slots* s = slots_.load(std::memory_order_relaxed);
     for (size_t i = 0; i <= s->mask; ++i) {
-      Slot v = s->slot[i].load(std::memory_order_relaxed);
+      Slot v = s->slot()[i].load(std::memory_order_relaxed);
       if (v != kEmpty && v != Tombstone()) f(NodeOf(v));
     }
   }
@@ -207,21 +208,40 @@ class NodeTable {
     return reinterpret_cast<Node*>(v - LowBits(v));
   }
 
+  // The mask and the slots in one allocation, the slots right after the
+  // mask: a probe computes their address instead of loading it.
   struct Slots {
-    explicit Slots(size_t capacity)
-        : mask(capacity - 1), slot(new std::atomic<Slot>[capacity]) {
+    static Slots* Make(size_t capacity) {
+      void* p =
+          ::operator new(sizeof(Slots) + capacity * sizeof(std::atomic<Slot>));
+      auto* s = new (p) Slots(capacity - 1);
       for (size_t i = 0; i < capacity; ++i) {
-        slot[i].store(kEmpty, std::memory_order_relaxed);
+        new (s->slot() + i) std::atomic<Slot>(kEmpty);
       }
+      return s;
     }
+    // Atomics of pointers are trivially destructible: nothing to run first.
+    static void Destroy(Slots* s) { ::operator delete(s); }
+
+    std::atomic<Slot>* slot() {
+      return reinterpret_cast<std::atomic<Slot>*>(this + 1);
+    }
+    const std::atomic<Slot>* slot() const {
+      return reinterpret_cast<const std::atomic<Slot>*>(this + 1);
+    }
+
     const size_t mask;
-    const std::unique_ptr<std::atomic<Slot>[]> slot;
+
+   private:
+    explicit Slots(size_t m) : mask(m) {}
   };
+  static_assert(sizeof(Slots) % alignof(std::atomic<Slot>) == 0,
+                "the slots follow the header at their alignment");
 
   static size_t IndexOf(const Slots* s, Node* n) {
     const Slot v = Tagged(n);
     size_t i = HashOf(n) & s->mask;
-    while (s->slot[i].load(std::memory_order_relaxed) != v) {
+    while (s->slot()[i].load(std::memory_order_relaxed) != v) {
       i = (i + 1) & s->mask;
     }
     return i;
@@ -229,7 +249,7 @@ class NodeTable {
 
   std::atomic<Slot>& SlotOf(Node* n) {
     Slots* s = slots_.load(std::memory_order_relaxed);
-    return s->slot[IndexOf(s, n)];
+    return s->slot()[IndexOf(s, n)];
   }
 
   std::atomic<Slots*> slots_;
