@@ -428,6 +428,14 @@ class Cache {
   // Runs `load` on this thread (taking a slot first if it has none) and
   // returns what its caller gets.
   absl::StatusOr<V> Lead(Load load);
+  // Lead for GetSlow's most common miss: `pending` registered by this
+  // caller at `started`, with nothing to wait for before the loader (no
+  // load-slot limit, no shared tier). A loaded value is stored and the load
+  // unregistered under one lock, with no lock-free look before it; an error,
+  // or a failure to store, completes the general way (Complete).
+  absl::StatusOr<V> LeadPending(Shard& shard, const K& key, size_t hash,
+                                internal::PendingLoad<Flight>& pending,
+                                int64_t started);
   // Loads (through the shared tier, if any), stores, publishes; returns the
   // outcome, or nullopt if an asynchronous loader will complete it.
   std::optional<Outcome> RunLoad(Load& load);
@@ -457,6 +465,9 @@ class Cache {
   // The shared version of the value this process holds for `load`'s key.
   std::string LocalVersion(const Load& load) const;
   absl::StatusOr<V> CallLoader(const K& key);
+  // What a caller gets when storing its load's outcome threw; call in the
+  // handler of that exception.
+  static absl::Status StoreFailure();
   // Ends `load` with `result` whatever happens: stores it if the load still
   // owns its key, and publishes it to the load's waiters. Never throws.
   Outcome Complete(Load& load, absl::StatusOr<V> result, bool loader_ran,
@@ -1330,16 +1341,75 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     recorder_.CoalescedWait();
     return Wait(flight, shard, key, hash);
   }
+  // Nothing between here and the loader call waits (no load slot to take, no
+  // shared tier to ask): the load starts at `now`, to the clock's eye.
+  const bool starts_now =
+      options_.max_concurrent_loads == 0 && tier_ == nullptr;
+  if (pending_registered && starts_now) {
+    return LeadPending(shard, key, hash, pending, now);
+  }
   const internal::LoadSlots::Ticket slot =
       kind == LoadKind::kRefresh ? flight->slot() : 0;
   Load load{key, hash, std::move(flight), kind, slot};
   if (pending_registered) load.pending = &pending;
-  // Nothing between here and the loader call waits (no load slot to take, no
-  // shared tier to ask): the load starts at `now`, to the clock's eye.
-  if (options_.max_concurrent_loads == 0 && tier_ == nullptr) {
-    load.starts_at = now;
-  }
+  if (starts_now) load.starts_at = now;
   return Lead(std::move(load));
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
+    Shard& shard, const K& key, size_t hash,
+    internal::PendingLoad<Flight>& pending, int64_t started) {
+  recorder_.LoadStarted(LoadKind::kForeground);
+  absl::StatusOr<V> result;
+  {
+    internal::LoadScope scope(this, hash, &key);
+    result = CallLoader(key);
+  }
+  const int64_t finished = NowNanos();
+  recorder_.LoadFinished(LoadKind::kForeground, finished - started,
+                         result.status());
+  if (!result.ok()) {
+    // Negative caching, stale stand-ins: the general way.
+    Load load{key, hash, nullptr, LoadKind::kForeground};
+    load.caller_waits = true;
+    load.pending = &pending;
+    return Serve(Complete(load, std::move(result), /*loader_ran=*/true, started,
+                          finished));
+  }
+  absl::Status failure;  // Why storing failed, if it did.
+  size_t evicted = 0;
+  try {
+    // Built before the lock, and copies V once: the caller gets `result`.
+    std::unique_ptr<Entry> fresh = NewEntry(
+        key, hash, *result, finished - started, finished, std::nullopt);
+    Writer w(shard);
+    // No Put, Invalidate or newer load superseded this one: store.
+    if (shard.IsRegistered(w, key, hash, nullptr, /*drop=*/true, &pending)) {
+      evicted = shard.Store(w, shard.Find(hash, key, eq_), std::move(fresh),
+                            finished);
+    }
+  } catch (...) {
+    failure = StoreFailure();
+    Writer w(shard);
+    shard.ForgetPending(w, &pending);  // Unless it went before the throw.
+  }
+  recorder_.Evicted(evicted);
+  // Unregistered: the flight, if anyone joined, is final.
+  pending.completed = true;
+  Flight* const flight = pending.flight.get();
+  if (!failure.ok()) {
+    if (flight != nullptr) PublishTo(*flight, Outcome{failure});
+    return failure;
+  }
+  if (flight != nullptr) {
+    if (flight->joined() > 0) {
+      PublishTo(*flight, Outcome{result});
+    } else {
+      flight->Abandon();
+    }
+  }
+  return result;
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1683,6 +1753,20 @@ std::string Cache<K, V, P, H, E>::LocalVersion(const Load& load) const {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::Status Cache<K, V, P, H, E>::StoreFailure() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("paddock: storing the loaded value failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(
+        "paddock: storing the loaded value failed (an exception that is not "
+        "a std::exception)");
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
     Load& load, absl::StatusOr<V> result, bool loader_ran, int64_t started,
     int64_t finished) noexcept {
@@ -1693,13 +1777,8 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   try {
     publish = StoreOutcome(load, outcome, loader_ran, started, finished);
     stored = true;
-  } catch (const std::exception& e) {
-    outcome = {absl::InternalError(
-        absl::StrCat("paddock: storing the loaded value failed: ", e.what()))};
   } catch (...) {
-    outcome = {absl::InternalError(
-        "paddock: storing the loaded value failed (an exception that is not "
-        "a std::exception)")};
+    outcome = {StoreFailure()};
   }
   // From here the flight is done: even if it is still registered (storing
   // threw before it was unregistered), nobody joins or waits for it again.
