@@ -192,5 +192,39 @@ TEST_F(ShardTest, LiveFlightIgnoresDoneAndAgedFlights) {
   EXPECT_EQ(shard_.live_flights(), 0u);
 }
 
+TEST_F(ShardTest, LiveFlightOrRegisterJoinsALiveLoadOrRegistersThePending) {
+  TestShard::Writer w(shard_);
+  // A pending registration refers to its leader's key: these outlive it.
+  const int five = 5;
+  const int six = 6;
+  TestShard::Pending first;
+  first.started_at = 100;
+  // Nothing registered: `first` is, without a flight.
+  EXPECT_EQ(shard_.LiveFlightOrRegister(w, five, 5, 100, 100, &first), nullptr);
+  EXPECT_TRUE(shard_.IsRegistered(w, 5, 5, nullptr, false, &first));
+  EXPECT_EQ(first.flight, nullptr);
+  // A second caller joins: the first joiner makes the pending load's flight.
+  TestShard::Pending second;
+  second.started_at = 150;
+  std::shared_ptr<TestFlight> joined =
+      shard_.LiveFlightOrRegister(w, five, 5, 150, 100, &second);
+  ASSERT_NE(joined, nullptr);
+  EXPECT_EQ(joined, first.flight);
+  EXPECT_EQ(shard_.LiveFlightOrRegister(w, five, 5, 160, 100, &second), joined);
+  EXPECT_TRUE(shard_.IsRegistered(w, 5, 5, nullptr, false, &first));
+  // Aged past max_age: the newcomer's pending load takes its place.
+  EXPECT_EQ(shard_.LiveFlightOrRegister(w, five, 5, 200, 100, &second),
+            nullptr);
+  EXPECT_FALSE(shard_.IsRegistered(w, 5, 5, nullptr, false, &first));
+  EXPECT_TRUE(shard_.IsRegistered(w, 5, 5, nullptr, true, &second));
+  // A registered flight is returned as it is.
+  auto flight = std::make_shared<TestFlight>(6, 6, /*started_at=*/100);
+  shard_.Register(w, 6, 6, flight);
+  TestShard::Pending third;
+  third.started_at = 120;
+  EXPECT_EQ(shard_.LiveFlightOrRegister(w, six, 6, 120, 100, &third), flight);
+  EXPECT_EQ(shard_.live_flights(), 1u);
+}
+
 }  // namespace
 }  // namespace paddock::internal

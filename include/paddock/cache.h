@@ -1286,15 +1286,18 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
       }
       if (answer.served == Answer::Served::kNothing) {
         if constexpr (P::kCoalesceLoads) {
-          flight = shard.LiveFlight(key, hash, now, max_load_age_);
+          if (!async_loader_) {
+            pending.started_at = now;
+            flight = shard.LiveFlightOrRegister(w, key, hash, now,
+                                                max_load_age_, &pending);
+            pending_registered = flight == nullptr;
+          } else {
+            flight = shard.LiveFlight(key, hash, now, max_load_age_);
+          }
           if (flight == nullptr) {
             // None in flight, or the one in flight is done or too old to
             // wait for: it keeps running but will no longer store.
-            if (!async_loader_) {
-              pending.started_at = now;
-              shard.RegisterPending(w, key, hash, &pending);
-              pending_registered = true;
-            } else {
+            if (async_loader_) {
               flight = std::make_shared<Flight>(key, hash, now,
                                                 Flight::State::kRunning);
               shard.Register(w, key, hash, flight);

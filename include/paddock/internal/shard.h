@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -132,7 +133,8 @@ class alignas(64) Shard {
     // A writer drops at most one registration (and replaces at most one).
     std::shared_ptr<Flight> dropped_flight_;
     std::shared_ptr<Flight> replaced_flight_;
-    FlightMap dropped_map_;
+    // Made only by DropAllFlights: most writers drop no map.
+    std::optional<FlightMap> dropped_map_;
   };
 
   Shard() = default;
@@ -185,6 +187,39 @@ class alignas(64) Shard {
     return it->flight;
   }
 
+  // LiveFlight, and if it finds none, RegisterPending in the same probe of
+  // the in-flight set: returns the live flight (the caller joins it) or
+  // nullptr (`pending` is registered). May throw (growth, or making a pending
+  // load's flight), leaving the shard unchanged.
+  std::shared_ptr<Flight> LiveFlightOrRegister(Writer& w, const K& key,
+                                               size_t hash, int64_t now,
+                                               int64_t max_age,
+                                               Pending* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    bool inserted = false;
+    auto it = in_flight_.lazy_emplace(
+        RegistrationKey<K>{&key, hash}, [&](const auto& construct) {
+          inserted = true;
+          construct(Registration<K, Flight>{&key, hash, nullptr, pending});
+        });
+    if (inserted) return nullptr;
+    if (Live(*it, now, max_age)) {
+      if (Pending* p = it->pending; p != nullptr) {
+        if (p->flight == nullptr) {
+          p->flight = std::make_shared<Flight>(key, hash, p->started_at,
+                                               Flight::State::kRunning);
+        }
+        return p->flight;
+      }
+      return it->flight;
+    }
+    // Registered but no longer blocking the key: replaced, as Put does.
+    assert(w.replaced_flight_ == nullptr);
+    w.replaced_flight_ = std::exchange(it->flight, nullptr);
+    it->pending = pending;
+    it->key = &key;
+    return nullptr;
+  }
   // Whether LiveFlight would return a flight; makes none.
   bool HasLiveFlight(const K& key, size_t hash, int64_t now,
                      int64_t max_age) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -200,14 +235,6 @@ class alignas(64) Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const K* own_key = &flight->key();
     Put(w, Registration<K, Flight>{own_key, hash, std::move(flight)});
-  }
-
-  // Registers `pending`, a load of `key` whose leader holds `key` and
-  // `pending` until it unregisters it, replacing any registered one. May
-  // throw (growth), leaving the shard unchanged.
-  void RegisterPending(Writer& w, const K& key, size_t hash, Pending* pending)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Put(w, Registration<K, Flight>{&key, hash, nullptr, pending});
   }
 
   // Whether `flight` (or `pending`: pass one) is the registered load of
@@ -248,7 +275,7 @@ class alignas(64) Shard {
 
   // DropFlight for every key.
   void DropAllFlights(Writer& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    w.dropped_map_.swap(in_flight_);
+    w.dropped_map_.emplace().swap(in_flight_);
   }
 
   // Loads registered and not done.
