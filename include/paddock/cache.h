@@ -1037,9 +1037,9 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   std::optional<absl::StatusOr<V>> result;
   {
     internal::EpochGuard guard;
+    now = NowNanos();  // Before the lock, as in GetSlow.
     {
       Writer w(shard);
-      now = NowNanos();
       if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
         answer = Examine(n, now);
       }
@@ -1277,9 +1277,12 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     // Held across the lock so that the entry examined under it can still be
     // read (and compared by address) after it.
     internal::EpochGuard guard;
+    // Read before the lock, which is then held for less: an entry stored
+    // after this reading is fresh at it, and a load registered after it has
+    // not reached max_load_age.
+    now = NowNanos();
     {
       Writer w(shard);
-      now = NowNanos();
       // Re-check: a load may have stored the value since the lock-free look.
       if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
         answer = Examine(n, now);
