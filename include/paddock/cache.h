@@ -401,6 +401,25 @@ class Cache {
   std::optional<absl::StatusOr<V>> TryServeNow(const K& key);
   std::optional<absl::StatusOr<V>> TryServeNow(Shard& shard, const K& key,
                                                size_t hash);
+  // The hit path with a prepared `record` and coarse `now`, for TryServeNow
+  // and GetAsync: if `key`'s entry is in its quiet window, marks it
+  // visited, counts the hit and copies its value into `out`. Returns whether
+  // the key has an entry at all.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool TakeHit(
+      Shard& shard, const K& key, size_t hash, internal::ThreadRecord* record,
+      int64_t now, std::optional<absl::StatusOr<V>>& out) {
+    internal::EpochGuard guard(record);
+    const Entry* n = shard.Find(hash, key, eq_);
+    if (n != nullptr && now < n->quiet_until) [[likely]] {
+      MarkVisited(n);
+      recorder_.Hit(record);
+      out.emplace(n->value());
+    }
+    return n != nullptr;
+  }
+  // TryServeNow where its hit path could not look (see GetUnprepared).
+  ABSL_ATTRIBUTE_NOINLINE std::optional<absl::StatusOr<V>>
+  TryServeNowUnprepared(Shard& shard, const K& key, size_t hash);
   // Both GetAsync overloads: `done` is a Callback or any callable one can
   // hold, called directly when the value is served at once.
   template <typename F>
@@ -920,9 +939,10 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
                                                       const K& key,
                                                       size_t hash) {
-  // TryServeNow acquires the record, reads this cache's clock (on the system
-  // clock, CoarseNowNanos starts or retries the ticker) and takes the hit.
-  if (std::optional<absl::StatusOr<V>> now = TryServeNow(shard, key, hash)) {
+  // This acquires the record, reads this cache's clock (on the system clock,
+  // CoarseNowNanos starts or retries the ticker) and takes the hit.
+  if (std::optional<absl::StatusOr<V>> now =
+          TryServeNowUnprepared(shard, key, hash)) {
     return *std::move(now);
   }
   return GetSlow(shard, key, hash);
@@ -974,6 +994,22 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
     Shard& shard, const K& key, size_t hash) {
+  // As in Get: what needs a call goes to TryServeNowUnprepared.
+  internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
+  const int64_t now = system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
+  if (record == nullptr || now == 0) [[unlikely]] {
+    return TryServeNowUnprepared(shard, key, hash);
+  }
+  std::optional<absl::StatusOr<V>> result;
+  const bool found = TakeHit(shard, key, hash, record, now, result);
+  // Nothing to serve without an entry: the caller's locked path looks again.
+  if (!result.has_value() && found) result = ServeNow(shard, key, hash);
+  return result;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNowUnprepared(
+    Shard& shard, const K& key, size_t hash) {
   internal::ThreadRecord* const record = internal::CurrentThreadRecord();
   std::optional<absl::StatusOr<V>> result;
   bool found;
@@ -1002,7 +1038,19 @@ template <typename F>
 void Cache<K, V, P, H, E>::GetAsyncImpl(const K& key, F&& done) {
   const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
-  if (std::optional<absl::StatusOr<V>> now = TryServeNow(shard, key, hash)) {
+  // TryServeNow, with the hit taken here, inlined into the caller as Get's
+  // is.
+  internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
+  const int64_t coarse =
+      system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
+  std::optional<absl::StatusOr<V>> now;
+  if (record == nullptr || coarse == 0) [[unlikely]] {
+    now = TryServeNowUnprepared(shard, key, hash);
+  } else if (TakeHit(shard, key, hash, record, coarse, now) &&
+             !now.has_value()) {
+    now = ServeNow(shard, key, hash);  // An entry past its quiet window.
+  }
+  if (now.has_value()) {
     try {
       std::forward<F>(done)(*std::move(now));
     } catch (...) {
