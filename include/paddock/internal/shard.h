@@ -177,14 +177,7 @@ class alignas(64) Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
     if (it == in_flight_.end() || !Live(*it, now, max_age)) return nullptr;
-    if (Pending* p = it->pending; p != nullptr) {
-      if (p->flight == nullptr) {
-        p->flight = std::make_shared<Flight>(key, hash, p->started_at,
-                                             Flight::State::kRunning);
-      }
-      return p->flight;
-    }
-    return it->flight;
+    return FlightToJoin(*it, key, hash);
   }
 
   // LiveFlight, and if it finds none, RegisterPending in the same probe of
@@ -203,16 +196,7 @@ class alignas(64) Shard {
           construct(Registration<K, Flight>{&key, hash, nullptr, pending});
         });
     if (inserted) return nullptr;
-    if (Live(*it, now, max_age)) {
-      if (Pending* p = it->pending; p != nullptr) {
-        if (p->flight == nullptr) {
-          p->flight = std::make_shared<Flight>(key, hash, p->started_at,
-                                               Flight::State::kRunning);
-        }
-        return p->flight;
-      }
-      return it->flight;
-    }
+    if (Live(*it, now, max_age)) return FlightToJoin(*it, key, hash);
     // Registered but no longer blocking the key: replaced, as Put does.
     assert(w.replaced_flight_ == nullptr);
     w.replaced_flight_ = std::exchange(it->flight, nullptr);
@@ -346,6 +330,18 @@ class alignas(64) Shard {
   }
 
  private:
+  // The flight of registration `r` (of `key`), made now for a pending load
+  // that has none yet. May throw (an allocation, a copy of the key).
+  static std::shared_ptr<Flight> FlightToJoin(const Registration<K, Flight>& r,
+                                              const K& key, size_t hash) {
+    Pending* p = r.pending;
+    if (p == nullptr) return r.flight;
+    if (p->flight == nullptr) {
+      p->flight = std::make_shared<Flight>(key, hash, p->started_at,
+                                           Flight::State::kRunning);
+    }
+    return p->flight;
+  }
   // Whether registration `r` still blocks its key at `now` (see LiveFlight).
   static bool Live(const Registration<K, Flight>& r, int64_t now,
                    int64_t max_age) {
