@@ -1010,19 +1010,10 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNowUnprepared(
     Shard& shard, const K& key, size_t hash) {
-  internal::ThreadRecord* const record = internal::CurrentThreadRecord();
+  // The same hit, with the calls the prepared path avoids.
   std::optional<absl::StatusOr<V>> result;
-  bool found;
-  {
-    internal::EpochGuard guard(record);
-    const Entry* n = shard.Find(hash, key, eq_);
-    if (n != nullptr && HitNowNanos() < n->quiet_until) [[likely]] {
-      MarkVisited(n);
-      recorder_.Hit(record);
-      result.emplace(n->value());
-    }
-    found = n != nullptr;
-  }
+  const bool found = TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
+                             HitNowNanos(), result);
   // Nothing to serve without an entry: the caller's locked path looks again.
   if (!result.has_value() && found) result = ServeNow(shard, key, hash);
   return result;
