@@ -195,7 +195,10 @@ class alignas(64) Shard {
           inserted = true;
           construct(Registration<K, Flight>{&key, hash, nullptr, pending});
         });
-    if (inserted) return nullptr;
+    if (inserted) {
+      PrefetchEviction();
+      return nullptr;
+    }
     if (Live(*it, now, max_age)) return FlightToJoin(*it, key, hash);
     // Registered but no longer blocking the key: replaced, as Put does.
     assert(w.replaced_flight_ == nullptr);
@@ -310,6 +313,7 @@ class alignas(64) Shard {
     table_.InsertReserved(fresh);
     sieve_.Push(fresh);
     size_.store(table_.size(), std::memory_order_relaxed);
+    if (Node* next = sieve_.next()) __builtin_prefetch(next);
     return evicted;
   }
 
@@ -330,6 +334,16 @@ class alignas(64) Shard {
   }
 
  private:
+  // Starts fetching what the next eviction touches first, for a load that
+  // will store: the next node the hand examines (prefetched by the last
+  // Store, so likely cached), its slot and the node after it.
+  void PrefetchEviction() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (table_.size() < capacity_) return;
+    const Node* n = sieve_.next();
+    if (n == nullptr) return;
+    table_.PrefetchSlotOf(n);
+    if (n->newer != nullptr) __builtin_prefetch(n->newer);
+  }
   // The flight of registration `r` (of `key`), made now for a pending load
   // that has none yet. May throw (an allocation, a copy of the key).
   static std::shared_ptr<Flight> FlightToJoin(const Registration<K, Flight>& r,

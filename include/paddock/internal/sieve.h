@@ -71,6 +71,9 @@ class Sieve {
 
   Node* oldest() const { return tail_; }
 
+  // The node the hand examines next, or nullptr if empty.
+  Node* next() const { return hand_ != nullptr ? hand_ : tail_; }
+
  private:
   Node* head_ = nullptr;  // Newest.
   Node* tail_ = nullptr;  // Oldest.
