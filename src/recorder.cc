@@ -24,23 +24,16 @@ void Recorder::WaitTimeout() {
   Notify([](Listener& l) { l.OnWaitTimeout(); });
 }
 
-void Recorder::Evicted(size_t n) {
-  if (n == 0) return;
-  hot_.Increment(CurrentThreadRecord(), kHotEvictions, n);
+void Recorder::NotifyEvicted(size_t n) const {
   for (size_t i = 0; i < n; ++i) Notify([](Listener& l) { l.OnEviction(); });
 }
 
-void Recorder::LoadStarted(LoadKind kind) {
-  hot_.Increment(CurrentThreadRecord(), kHotLoads);
+void Recorder::NotifyLoadStart(LoadKind kind) const {
   Notify([&](Listener& l) { l.OnLoadStart(kind); });
 }
 
-void Recorder::LoadFinished(LoadKind kind, int64_t nanos,
-                            const absl::Status& status) {
-  hot_.Increment(CurrentThreadRecord(), kHotLoadNanos,
-                 static_cast<uint64_t>(nanos));
-  if (!status.ok()) Add(kLoadFailures);
-  if (listener_ == nullptr) return;
+void Recorder::NotifyLoadFinish(LoadKind kind, int64_t nanos,
+                                const absl::Status& status) const {
   const absl::Duration duration = absl::Nanoseconds(nanos);
   Notify([&](Listener& l) { l.OnLoadFinish(kind, duration, status); });
 }

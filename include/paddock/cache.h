@@ -483,7 +483,10 @@ class Cache {
   bool ServesStale(const SharedRecord& record, int64_t now);
   // The shared version of the value this process holds for `load`'s key.
   std::string LocalVersion(const Load& load) const;
-  absl::StatusOr<V> CallLoader(const K& key);
+  // The loader's answer for `key` (of `hash`), called inside the load scope
+  // that lets a reentrant Get of the same key fail instead of deadlocking;
+  // an exception it throws becomes an Internal error.
+  absl::StatusOr<V> CallLoader(const K& key, size_t hash);
   // What a caller gets when storing its load's outcome threw; call in the
   // handler of that exception.
   static absl::Status StoreFailure();
@@ -1406,11 +1409,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     Shard& shard, const K& key, size_t hash,
     internal::PendingLoad<Flight>& pending, int64_t started) {
   recorder_.LoadStarted(LoadKind::kForeground);
-  absl::StatusOr<V> result;
-  {
-    internal::LoadScope scope(this, hash, &key);
-    result = CallLoader(key);
-  }
+  absl::StatusOr<V> result = CallLoader(key, hash);
   const int64_t finished = NowNanos();
   recorder_.LoadFinished(LoadKind::kForeground, finished - started,
                          result.status());
@@ -1512,7 +1511,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key) {
+absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key, size_t hash) {
+  internal::LoadScope scope(this, hash, &key);
   try {
     return loader_(key);
   } catch (const std::exception& e) {
@@ -1549,11 +1549,7 @@ Cache<K, V, P, H, E>::LoadHere(Load& load, const std::string* key_bytes,
   recorder_.LoadStarted(load.kind);
   const int64_t started =
       load.starts_at.has_value() ? *load.starts_at : NowNanos();
-  absl::StatusOr<V> result;
-  {
-    internal::LoadScope scope(this, load.hash, &load.key);
-    result = CallLoader(load.key);
-  }
+  absl::StatusOr<V> result = CallLoader(load.key, load.hash);
   std::move(release_slot).Cancel();  // FinishLoad releases it.
   return FinishLoad(load, std::move(result), started, key_bytes, lease_token);
 }

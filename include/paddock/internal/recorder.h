@@ -50,10 +50,18 @@ class Recorder {
   // A stale value served in place of an error or a timeout.
   void StaleFallback(absl::Duration age);
   // A caller found nothing servable.
-  void Miss() { hot_.Increment(CurrentThreadRecord(), kHotMisses); }
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Miss() {
+    hot_.Increment(CurrentThreadRecord(), kHotMisses);
+  }
   void CoalescedWait();
   void WaitTimeout();
-  void Evicted(size_t n);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Evicted(size_t n) {
+    if (n == 0) return;
+    hot_.Increment(CurrentThreadRecord(), kHotEvictions, n);
+    if (listener_ != nullptr) [[unlikely]] {
+      NotifyEvicted(n);
+    }
+  }
   void RefreshStarted() { Add(kRefreshes); }
   void RefreshSkipped() { Add(kRefreshesSkipped); }
   // The shared tier answered a load (see `Stats`).
@@ -61,10 +69,27 @@ class Recorder {
   void LeaseAcquired() { Add(kLeasesAcquired); }
   void LeaseWait() { Add(kLeaseWaits); }
   void SharedError() { Add(kSharedErrors); }
-  void LoadStarted(LoadKind kind);
+  // Inline, as are Miss and Evicted: every miss makes these calls, and
+  // without a listener each is one per-thread counter.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void LoadStarted(LoadKind kind) {
+    hot_.Increment(CurrentThreadRecord(), kHotLoads);
+    if (listener_ != nullptr) [[unlikely]] {
+      NotifyLoadStart(kind);
+    }
+  }
   // `nanos`: how long the load took (a Duration is made only for a
   // listener).
-  void LoadFinished(LoadKind kind, int64_t nanos, const absl::Status& status);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void LoadFinished(LoadKind kind, int64_t nanos,
+                                                 const absl::Status& status) {
+    hot_.Increment(CurrentThreadRecord(), kHotLoadNanos,
+                   static_cast<uint64_t>(nanos));
+    if (!status.ok()) [[unlikely]] {
+      Add(kLoadFailures);
+    }
+    if (listener_ != nullptr) [[unlikely]] {
+      NotifyLoadFinish(kind, nanos, status);
+    }
+  }
 
   // The counters now; each field exact, fields not taken at one instant.
   Stats Snapshot() const;
@@ -83,6 +108,13 @@ class Recorder {
   void Add(StatsCounter c, uint64_t n = 1) {
     cold_[c].fetch_add(n, std::memory_order_relaxed);
   }
+
+  // The listener's side of Evicted, LoadStarted and LoadFinished; out of
+  // line, as few caches have a listener.
+  void NotifyEvicted(size_t n) const;
+  void NotifyLoadStart(LoadKind kind) const;
+  void NotifyLoadFinish(LoadKind kind, int64_t nanos,
+                        const absl::Status& status) const;
 
   // Calls `event(*listener_)` if a listener is set, dropping what it throws.
   template <typename Event>
