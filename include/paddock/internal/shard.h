@@ -32,69 +32,14 @@
 
 #include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
 #include "paddock/internal/entry.h"
+#include "paddock/internal/in_flight_set.h"
 #include "paddock/internal/node_table.h"
 #include "paddock/internal/retire_list.h"
 #include "paddock/internal/short_mutex.h"
 #include "paddock/internal/sieve.h"
 
 namespace paddock::internal {
-
-// A foreground load whose leader runs it on its own thread from start to
-// end, registered without a flight: most loads are joined by nobody, and a
-// flight (an allocation, a mutex, a condition variable, reference counts)
-// was most of what registering one cost. The first caller to join makes the
-// flight, under the shard's mutex. Lives on the leader's stack; the leader
-// sees it unregistered, under the mutex, before it returns.
-template <typename Flight>
-struct PendingLoad {
-  int64_t started_at = 0;
-  // Made by the first joiner; final once the load is unregistered.
-  std::shared_ptr<Flight> flight;
-  // Set by the leader once its load completed (it is unregistered then).
-  bool completed = false;
-};
-
-// A load registered in the in-flight set: its flight, which carries the key
-// and its hash (computed once by the cache), or a pending load and its
-// leader's key. Rehashing moves only pointers, so no key is copied or
-// destroyed under the lock.
-template <typename K, typename Flight>
-struct Registration {
-  // The flight's own key, or the pending load's leader's (an equal key may
-  // take its place).
-  mutable const K* key;
-  size_t hash;
-  mutable std::shared_ptr<Flight> flight;          // Moved out only to erase.
-  mutable PendingLoad<Flight>* pending = nullptr;  // Instead of `flight`.
-};
-// What a lookup passes: the caller's key and its hash.
-template <typename K>
-struct RegistrationKey {
-  const K* key;
-  size_t hash;
-};
-
-template <typename K, typename Flight>
-struct RegistrationHash {
-  using is_transparent = void;
-  size_t operator()(const Registration<K, Flight>& r) const { return r.hash; }
-  size_t operator()(const RegistrationKey<K>& k) const { return k.hash; }
-};
-
-template <typename K, typename Flight, typename Eq>
-struct RegistrationEq {
-  using is_transparent = void;
-  static const K& KeyOf(const Registration<K, Flight>& r) { return *r.key; }
-  static const K& KeyOf(const RegistrationKey<K>& k) { return *k.key; }
-  static size_t HashOf(const Registration<K, Flight>& r) { return r.hash; }
-  static size_t HashOf(const RegistrationKey<K>& k) { return k.hash; }
-  template <typename A, typename B>
-  bool operator()(const A& a, const B& b) const {
-    return HashOf(a) == HashOf(b) && Eq()(KeyOf(a), KeyOf(b));
-  }
-};
 
 // `Hash` is not called by the shard: callers pass the hash of each key
 // (already mixed, see hash_mix.h). `Flight` has `key()` and `hash()`
@@ -105,9 +50,8 @@ class alignas(64) Shard {
  public:
   using Node = Entry<K, V, kCompact>;
   using Pending = PendingLoad<Flight>;
-  using FlightMap =
-      absl::flat_hash_set<Registration<K, Flight>, RegistrationHash<K, Flight>,
-                          RegistrationEq<K, Flight, Eq>>;
+  using FlightSet = InFlightSet<K, Flight, Eq>;
+  using Registered = typename FlightSet::Entry;
 
   // Holds the shard's mutex for its lifetime; on destruction releases it,
   // then retires the entries unlinked and destroys the flight registrations
@@ -133,8 +77,8 @@ class alignas(64) Shard {
     // A writer drops at most one registration (and replaces at most one).
     std::shared_ptr<Flight> dropped_flight_;
     std::shared_ptr<Flight> replaced_flight_;
-    // Made only by DropAllFlights: most writers drop no map.
-    std::optional<FlightMap> dropped_map_;
+    // Made only by DropAllFlights: most writers drop no set.
+    std::optional<FlightSet> dropped_set_;
   };
 
   Shard() = default;
@@ -175,9 +119,9 @@ class alignas(64) Shard {
   std::shared_ptr<Flight> LiveFlight(const K& key, size_t hash, int64_t now,
                                      int64_t max_age)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
-    if (it == in_flight_.end() || !Live(*it, now, max_age)) return nullptr;
-    return FlightToJoin(*it, key, hash);
+    Registered* r = in_flight_.Find(key, hash);
+    if (r == nullptr || !Live(*r, now, max_age)) return nullptr;
+    return FlightToJoin(*r, key, hash);
   }
 
   // LiveFlight, and if it finds none, RegisterPending in the same probe of
@@ -189,29 +133,26 @@ class alignas(64) Shard {
                                                int64_t max_age,
                                                Pending* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    bool inserted = false;
-    auto it = in_flight_.lazy_emplace(
-        RegistrationKey<K>{&key, hash}, [&](const auto& construct) {
-          inserted = true;
-          construct(Registration<K, Flight>{&key, hash, nullptr, pending});
-        });
+    auto [r, inserted] = in_flight_.FindOrInsert(key, hash, [&] {
+      return Registered{&key, hash, nullptr, pending};
+    });
     if (inserted) {
       PrefetchEviction();
       return nullptr;
     }
-    if (Live(*it, now, max_age)) return FlightToJoin(*it, key, hash);
+    if (Live(*r, now, max_age)) return FlightToJoin(*r, key, hash);
     // Registered but no longer blocking the key: replaced, as Put does.
     assert(w.replaced_flight_ == nullptr);
-    w.replaced_flight_ = std::exchange(it->flight, nullptr);
-    it->pending = pending;
-    it->key = &key;
+    w.replaced_flight_ = std::exchange(r->flight, nullptr);
+    r->pending = pending;
+    r->key = &key;
     return nullptr;
   }
   // Whether LiveFlight would return a flight; makes none.
   bool HasLiveFlight(const K& key, size_t hash, int64_t now,
                      int64_t max_age) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
-    return it != in_flight_.end() && Live(*it, now, max_age);
+    const Registered* r = in_flight_.Find(key, hash);
+    return r != nullptr && Live(*r, now, max_age);
   }
 
   // Registers `flight` as the load of `key` (equal to `flight->key()`, which
@@ -221,7 +162,7 @@ class alignas(64) Shard {
                 std::shared_ptr<Flight> flight)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const K* own_key = &flight->key();
-    Put(w, Registration<K, Flight>{own_key, hash, std::move(flight)});
+    Put(w, Registered{own_key, hash, std::move(flight)});
   }
 
   // Whether `flight` (or `pending`: pass one) is the registered load of
@@ -229,14 +170,13 @@ class alignas(64) Shard {
   bool IsRegistered(Writer& w, const K& key, size_t hash, const Flight* flight,
                     bool drop, const Pending* pending = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
-    if (it == in_flight_.end() ||
-        (pending != nullptr
-             ? it->pending != pending
-             : it->pending != nullptr || it->flight.get() != flight)) {
+    Registered* r = in_flight_.Find(key, hash);
+    if (r == nullptr || (pending != nullptr ? r->pending != pending
+                                            : r->pending != nullptr ||
+                                                  r->flight.get() != flight)) {
       return false;
     }
-    if (drop) Drop(w, it);
+    if (drop) Drop(w, r);
     return true;
   }
 
@@ -244,11 +184,9 @@ class alignas(64) Shard {
   // keys (for a leader whose key comparison threw): a scan of the set.
   void ForgetPending(Writer& w, const Pending* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it) {
-      if (it->pending == pending) {
-        Drop(w, it);
-        return;
-      }
+    if (Registered* r = in_flight_.FindIf(
+            [&](const Registered& x) { return x.pending == pending; })) {
+      Drop(w, r);
     }
   }
 
@@ -256,21 +194,20 @@ class alignas(64) Shard {
   // its result.
   void DropFlight(Writer& w, const K& key, size_t hash)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = in_flight_.find(RegistrationKey<K>{&key, hash});
-    if (it != in_flight_.end()) Drop(w, it);
+    if (Registered* r = in_flight_.Find(key, hash)) Drop(w, r);
   }
 
   // DropFlight for every key.
   void DropAllFlights(Writer& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    w.dropped_map_.emplace().swap(in_flight_);
+    w.dropped_set_.emplace().swap(in_flight_);
   }
 
   // Loads registered and not done.
   size_t live_flights() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     size_t live = 0;
-    for (const auto& r : in_flight_) {
+    in_flight_.ForEach([&](const Registered& r) {
       live += r.pending != nullptr || !r.flight->done();
-    }
+    });
     return live;
   }
 
@@ -346,8 +283,8 @@ class alignas(64) Shard {
   }
   // The flight of registration `r` (of `key`), made now for a pending load
   // that has none yet. May throw (an allocation, a copy of the key).
-  static std::shared_ptr<Flight> FlightToJoin(const Registration<K, Flight>& r,
-                                              const K& key, size_t hash) {
+  static std::shared_ptr<Flight> FlightToJoin(const Registered& r, const K& key,
+                                              size_t hash) {
     Pending* p = r.pending;
     if (p == nullptr) return r.flight;
     if (p->flight == nullptr) {
@@ -357,8 +294,7 @@ class alignas(64) Shard {
     return p->flight;
   }
   // Whether registration `r` still blocks its key at `now` (see LiveFlight).
-  static bool Live(const Registration<K, Flight>& r, int64_t now,
-                   int64_t max_age) {
+  static bool Live(const Registered& r, int64_t now, int64_t max_age) {
     if (r.pending != nullptr) return now - r.pending->started_at < max_age;
     return !r.flight->done() &&
            (r.flight->queued() || now - r.flight->started_at() < max_age);
@@ -367,15 +303,10 @@ class alignas(64) Shard {
   // Inserts `r`, or puts it in place of the registration of its key (whose
   // flight the writer destroys after the lock; a pending load's leader
   // learns at its end that it no longer owns the key).
-  void Put(Writer& w, Registration<K, Flight> r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void Put(Writer& w, Registered r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // One probe: inserted here unless the key is registered already.
-    bool inserted = false;
-    auto it = in_flight_.lazy_emplace(RegistrationKey<K>{r.key, r.hash},
-                                      [&](const auto& construct) {
-                                        inserted = true;
-                                        construct(std::move(r));
-                                      });
+    auto [it, inserted] =
+        in_flight_.FindOrInsert(*r.key, r.hash, [&] { return std::move(r); });
     if (!inserted) {
       assert(w.replaced_flight_ == nullptr);
       w.replaced_flight_ = std::exchange(it->flight, std::move(r.flight));
@@ -384,13 +315,12 @@ class alignas(64) Shard {
     }
   }
 
-  void Drop(Writer& w, typename FlightMap::iterator it)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    // The element's destructor then frees nothing: its flight (and key) is
-    // destroyed by the writer, after the lock.
+  void Drop(Writer& w, Registered* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Erasing then frees nothing: the flight (and its key) is destroyed by
+    // the writer, after the lock.
     assert(w.dropped_flight_ == nullptr);
-    w.dropped_flight_ = std::move(it->flight);
-    in_flight_.erase(it);
+    w.dropped_flight_ = std::move(r->flight);
+    in_flight_.Erase(r);
   }
 
   mutable ShortMutex mu_;
@@ -398,7 +328,7 @@ class alignas(64) Shard {
   NodeTable<Node> table_;
   std::atomic<size_t> size_{0};
   Sieve<Node> sieve_ ABSL_GUARDED_BY(mu_);
-  FlightMap in_flight_ ABSL_GUARDED_BY(mu_);
+  FlightSet in_flight_ ABSL_GUARDED_BY(mu_);
   size_t capacity_ ABSL_GUARDED_BY(mu_) = 0;
   FixedTimes fixed_ ABSL_GUARDED_BY(mu_);
 };

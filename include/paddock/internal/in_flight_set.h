@@ -1,0 +1,177 @@
+// File: paddock/internal/in_flight_set.h
+// -----------------------------------------------------------------------------
+// `InFlightSet`: a shard's registrations of the loads in flight, one per key.
+// A shard rarely has more than a few (a blocking load holds its thread), and
+// every miss registers one, finds it again and erases it: in an
+// absl::flat_hash_set those three steps cost about 140 instructions per miss
+// (docs/benchmarks.md). The first `kInline` registrations live in an array
+// searched by hash; only past them does the set spill into a hash set, so a
+// shard with a thousand loads in flight still finds each in constant time.
+//
+// Not thread-safe: the shard's mutex guards it. No operation destroys a
+// flight: the caller moves it out before erasing (no destructor runs under
+// the lock).
+
+#ifndef PADDOCK_INTERNAL_IN_FLIGHT_SET_H_
+#define PADDOCK_INTERNAL_IN_FLIGHT_SET_H_
+
+#include <array>
+#include <cassert>
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+
+namespace paddock::internal {
+
+// A foreground load whose leader runs it on its own thread from start to
+// end, registered without a flight: most loads are joined by nobody, and a
+// flight (an allocation, a mutex, a condition variable, reference counts)
+// was most of what registering one cost. The first caller to join makes the
+// flight, under the shard's mutex. Lives on the leader's stack; the leader
+// sees it unregistered, under the mutex, before it returns.
+template <typename Flight>
+struct PendingLoad {
+  int64_t started_at = 0;
+  // Made by the first joiner; final once the load is unregistered.
+  std::shared_ptr<Flight> flight;
+  // Set by the leader once its load completed (it is unregistered then).
+  bool completed = false;
+};
+
+// A registered load: its flight, which carries the key and its hash
+// (computed once by the cache), or a pending load and its leader's key.
+// Moving one moves only pointers, so no key is copied or destroyed under the
+// lock.
+template <typename K, typename Flight>
+struct Registration {
+  // The flight's own key, or the pending load's leader's (an equal key may
+  // take its place).
+  mutable const K* key = nullptr;
+  size_t hash = 0;
+  mutable std::shared_ptr<Flight> flight;          // Moved out only to erase.
+  mutable PendingLoad<Flight>* pending = nullptr;  // Instead of `flight`.
+};
+
+template <typename K, typename Flight, typename Eq>
+class InFlightSet {
+ public:
+  using Entry = Registration<K, Flight>;
+  // Registrations kept in the array before the set spills over.
+  static constexpr size_t kInline = 4;
+
+  InFlightSet() = default;
+  InFlightSet(const InFlightSet&) = delete;
+  InFlightSet& operator=(const InFlightSet&) = delete;
+
+  // The registration of `key` (of `hash`), or nullptr. Valid until the set
+  // next changes.
+  Entry* Find(const K& key, size_t hash) {
+    for (size_t i = 0; i < inline_size_; ++i) {
+      if (inline_[i].hash == hash && Eq()(*inline_[i].key, key)) {
+        return &inline_[i];
+      }
+    }
+    if (overflow_.empty()) [[likely]] {
+      return nullptr;
+    }
+    auto it = overflow_.find(Key{&key, hash});
+    return it == overflow_.end() ? nullptr : Mutable(*it);
+  }
+  const Entry* Find(const K& key, size_t hash) const {
+    return const_cast<InFlightSet*>(this)->Find(key, hash);
+  }
+
+  // The registration of `key`, or if there is none, `make()` (an Entry for
+  // `key` and `hash`) inserted. Returns it and whether it was inserted. May
+  // throw (growth of the spill set), leaving the set unchanged.
+  template <typename Make>
+  std::pair<Entry*, bool> FindOrInsert(const K& key, size_t hash,
+                                       const Make& make) {
+    if (Entry* r = Find(key, hash)) return {r, false};
+    if (inline_size_ < kInline) {
+      Entry& slot = inline_[inline_size_];
+      slot = make();
+      ++inline_size_;
+      return {&slot, true};
+    }
+    auto [it, inserted] = overflow_.insert(make());
+    assert(inserted);
+    return {Mutable(*it), inserted};
+  }
+
+  // Removes `r`, a registration of this set whose flight was moved out.
+  void Erase(Entry* r) {
+    assert(r->flight == nullptr);
+    if (r >= inline_.data() && r < inline_.data() + inline_size_) {
+      Entry& last = inline_[--inline_size_];
+      if (r != &last) *r = std::move(last);
+      last = Entry{};
+      return;
+    }
+    overflow_.erase(Key{r->key, r->hash});
+  }
+
+  // The first registration for which `pred` holds, or nullptr (a scan).
+  template <typename Pred>
+  Entry* FindIf(const Pred& pred) {
+    for (size_t i = 0; i < inline_size_; ++i) {
+      if (pred(inline_[i])) return &inline_[i];
+    }
+    for (const Entry& r : overflow_) {
+      if (pred(r)) return Mutable(r);
+    }
+    return nullptr;
+  }
+
+  // Calls `f(registration)` for each.
+  template <typename F>
+  void ForEach(const F& f) const {
+    for (size_t i = 0; i < inline_size_; ++i) f(inline_[i]);
+    for (const Entry& r : overflow_) f(r);
+  }
+
+  size_t size() const { return inline_size_ + overflow_.size(); }
+
+  // Exchanges the registrations of two sets.
+  void swap(InFlightSet& other) {
+    std::swap(inline_, other.inline_);
+    std::swap(inline_size_, other.inline_size_);
+    overflow_.swap(other.overflow_);
+  }
+
+ private:
+  // A spilled registration, which a hash set hands out const: what the set
+  // compares (the hash, the key's value) never changes, and the rest is
+  // mutable anyway.
+  static Entry* Mutable(const Entry& r) { return const_cast<Entry*>(&r); }
+
+  // What a lookup of the spill set passes: the caller's key and its hash.
+  struct Key {
+    const K* key;
+    size_t hash;
+  };
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(const Entry& r) const { return r.hash; }
+    size_t operator()(const Key& k) const { return k.hash; }
+  };
+  struct KeyEq {
+    using is_transparent = void;
+    static const K& KeyOf(const Entry& r) { return *r.key; }
+    static const K& KeyOf(const Key& k) { return *k.key; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return a.hash == b.hash && Eq()(KeyOf(a), KeyOf(b));
+    }
+  };
+
+  std::array<Entry, kInline> inline_{};  // [0, inline_size_) in use.
+  size_t inline_size_ = 0;
+  absl::flat_hash_set<Entry, Hash, KeyEq> overflow_;
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_IN_FLIGHT_SET_H_
