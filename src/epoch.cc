@@ -5,6 +5,7 @@
 #include <linux/membarrier.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,6 +125,14 @@ uint32_t next_index ABSL_GUARDED_BY(registry_mu) = 0;
 
 constinit Mutex retire_mu;
 size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
+// CLOCK_MONOTONIC at the last try to advance; written under advance_mu.
+std::atomic<int64_t> last_advance_try_nanos{0};
+
+int64_t MonotonicNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 
 // One thread advances the epoch at a time, holding this and not retire_mu:
 // the advance's process-wide barrier interrupts every CPU running a thread
@@ -142,8 +151,18 @@ std::vector<Retired>* RetiredLists() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
   return lists;
 }
 
-// Objects retired in the last `kAdvanceEvery` retirements wait for an advance.
+// An advance is tried once `kAdvanceEvery` retirements wait for one, but at
+// most once per `kMinAdvanceIntervalNanos` unless `kAdvanceAlways` wait: each
+// try costs a process-wide barrier (an interrupt of every CPU running the
+// process, a VM exit each on a VM), and a cache evicting millions of entries a
+// second tried tens of thousands a second (7 % of a 2-thread Zipf run's
+// samples, docs/benchmarks.md). What the interval holds back is what the
+// process retires in it, bounded by allocation speed (well under 10 MB at
+// 10 GB/s), not by the size of a value: large values are retired more
+// slowly than the count allows, and then nothing changes.
 constexpr size_t kAdvanceEvery = 128;
+constexpr size_t kAdvanceAlways = 16 * kAdvanceEvery;
+constexpr int64_t kMinAdvanceIntervalNanos = 200'000;
 
 // Each thread collects this many retirements before it takes retire_mu, so
 // threads that evict at once do not queue on one lock for every node.
@@ -194,6 +213,7 @@ std::vector<Retired> Advance(bool wait) ABSL_LOCKS_EXCLUDED(retire_mu) {
     return {};
   }
   std::vector<Retired> freeable;
+  last_advance_try_nanos.store(MonotonicNanos(), std::memory_order_relaxed);
   HeavyFence();
   // Only an advancer changes the epoch: it stays `epoch` until the store.
   const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
@@ -223,15 +243,19 @@ size_t Free(std::vector<Retired>& objects) {
   return objects.size();
 }
 
-// Moves `items` into the current epoch's list; returns whether enough
-// retirements accumulated for an advance. Requires retire_mu.
+// Moves `items` into the current epoch's list; returns whether an advance is
+// due (see kAdvanceEvery). Requires retire_mu.
 bool AddLocked(const Retired* items, size_t n)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
   std::vector<Retired>& bucket =
       RetiredLists()[global_epoch.load(std::memory_order_seq_cst) % 3];
   bucket.insert(bucket.end(), items, items + n);
   retired_since_advance += n;
-  return retired_since_advance >= kAdvanceEvery;
+  if (retired_since_advance < kAdvanceEvery) return false;
+  return retired_since_advance >= kAdvanceAlways ||
+         MonotonicNanos() -
+                 last_advance_try_nanos.load(std::memory_order_relaxed) >=
+             kMinAdvanceIntervalNanos;
 }
 
 // Hands the calling thread's buffered retirements to the global lists and
