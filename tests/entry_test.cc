@@ -101,6 +101,28 @@ TEST(EntryTest, ACompactEntryWhoseTimesSaturatedKeepsThemExactly) {
   ExpectAccessors(e, t);
 }
 
+// SetFixedTimes is SetTimes of the fixed schedule, in either layout, near
+// the int64 range's ends too (where it must fall back to the extras).
+template <typename E>
+void ExpectFixedTimesAsSetTimes(int64_t loaded_at) {
+  const EntryTimes t = kFixed.At(loaded_at, 7);
+  E fast(42, 1);
+  fast.SetFixedTimes(loaded_at, 7, kFixed);
+  ExpectAccessors(fast, t);
+  E slow(42, 1);
+  slow.SetTimes(t, kFixed);
+  EXPECT_EQ(fast.has_extras(), slow.has_extras()) << loaded_at;
+}
+
+TEST(EntryTest, SetFixedTimesStoresWhatSetTimesOfTheFixedScheduleDoes) {
+  for (int64_t loaded_at :
+       {int64_t{1'000}, int64_t{0}, int64_t{-5'000}, kMax - 20'000'000'000,
+        kMax - 10'000'000'000, kMax, kMin, kMin + 1}) {
+    ExpectFixedTimesAsSetTimes<Compact>(loaded_at);
+    ExpectFixedTimesAsSetTimes<Full>(loaded_at);
+  }
+}
+
 TEST(EntryTest, ExtrasMadeAfterTheTimesKeepThem) {
   const EntryTimes t = kFixed.At(1'000, 7);
   Compact e(42, 1);

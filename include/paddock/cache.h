@@ -1957,7 +1957,7 @@ Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
   if constexpr (kFixedLifetime) {
     // Every lifetime is the fixed one (LifetimeFor gave `given` too).
     if (fixed_times_exact_) {
-      n->SetTimes(fixed_times_.At(now, load_duration), fixed_times_);
+      n->SetFixedTimes(now, load_duration, fixed_times_);
       return n;
     }
   }

@@ -208,7 +208,30 @@ struct Entry {
     }
   }
 
+  // SetTimes(fixed.At(loaded_at, load_duration), fixed), for an entry of a
+  // fixed lifetime: when no time saturates (nearly always), a compact entry
+  // stores its two fields without building the schedule and deriving it back.
+  void SetFixedTimes(int64_t loaded_at, int64_t load_duration,
+                     const FixedTimes& fixed) {
+    if constexpr (kCompact) {
+      int64_t quiet, unused;
+      if (!has_extras_ &&
+          !__builtin_add_overflow(loaded_at, fixed.quiet, &quiet) &&
+          !__builtin_add_overflow(loaded_at, fixed.expires, &unused) &&
+          !__builtin_add_overflow(loaded_at, fixed.keep, &unused) &&
+          !__builtin_add_overflow(loaded_at, fixed.serve_on_error, &unused)) {
+        quiet_until = quiet;
+        tail_.load_duration = load_duration;
+        return;
+      }
+    }
+    SetTimes(fixed.At(loaded_at, load_duration), fixed);
+  }
+
   // -- Extras.
+  // Whether the entry has them (a compact one: also whether its times are
+  // kept there rather than derived).
+  bool has_extras() const { return has_extras_; }
   // A remembered error (OK if none) and until when it answers.
   const absl::Status& error() const {
     static const absl::Status* const kOk = new absl::Status();
