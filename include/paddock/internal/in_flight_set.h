@@ -105,9 +105,10 @@ class InFlightSet {
   void Erase(Entry* r) {
     assert(r->flight == nullptr);
     if (r >= inline_.data() && r < inline_.data() + inline_size_) {
+      // The last one fills the hole; what is left past the end (pointers,
+      // a moved-from flight) is never read.
       Entry& last = inline_[--inline_size_];
       if (r != &last) *r = std::move(last);
-      last = Entry{};
       return;
     }
     overflow_.erase(Key{r->key, r->hash});
