@@ -5,7 +5,12 @@
 #include <pthread.h>
 #include <time.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <limits>
 #include <mutex>
@@ -14,7 +19,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
+#include "paddock/internal/ticks.h"
 
 namespace paddock {
 namespace {
@@ -65,14 +72,84 @@ int64_t next_start_attempt = 0;  // Guarded by ticker_mu.
 // the precise clock.
 constexpr int64_t kRetryNanos = 1'000'000'000;
 
+// The tick rate is published once readings are this far apart, and refined
+// at every tick after that against the first reading: the error of a pair
+// (the few nanoseconds between its two reads, or a preemption) shrinks as
+// the window grows.
+constexpr int64_t kTickRateWindowNanos = 10'000'000;
+
+// A tick and a clock reading taken together: the best of three, the one
+// with the fewest ticks around the clock read (a preemption inside one
+// shows as many).
+void ReadTicksAndNanos(uint64_t* ticks, int64_t* nanos) {
+  uint64_t best_spread = UINT64_MAX;
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t before = internal::Ticks();
+    const int64_t now = SystemClock::NowNanos();
+    const uint64_t after = internal::Ticks();
+    if (after - before < best_spread) {
+      best_spread = after - before;
+      *ticks = before + (after - before) / 2;
+      *nanos = now;
+    }
+  }
+}
+
 void TickerLoop() {
+  const bool ticks = internal::kHasTicks && internal::TicksAreInvariant();
+  uint64_t ticks0 = 0;
+  int64_t nanos0 = 0;
+  if (ticks) ReadTicksAndNanos(&ticks0, &nanos0);
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    SystemClock::NowNanos();
+    if (!ticks) {
+      SystemClock::NowNanos();
+      continue;
+    }
+    uint64_t ticks1 = 0;
+    int64_t nanos1 = 0;
+    ReadTicksAndNanos(&ticks1, &nanos1);  // Also publishes the coarse time.
+    if (nanos1 - nanos0 >= kTickRateWindowNanos) {
+      internal::PublishTickRate(ticks0, nanos0, ticks1, nanos1);
+    }
   }
 }
 
 }  // namespace
+
+namespace internal {
+
+std::atomic<uint64_t> tick_nanos_q32{0};
+
+uint64_t PublishTickRate(uint64_t ticks0, int64_t nanos0, uint64_t ticks1,
+                         int64_t nanos1) {
+  if (ticks1 <= ticks0 || nanos1 <= nanos0) return 0;
+  const absl::uint128 q32 =
+      (absl::uint128(static_cast<uint64_t>(nanos1 - nanos0)) << 32) /
+      (ticks1 - ticks0);
+  if (q32 == 0 || absl::Uint128High64(q32) != 0) return 0;
+  const uint64_t rate = absl::Uint128Low64(q32);
+  tick_nanos_q32.store(rate, std::memory_order_relaxed);
+  return rate;
+}
+
+bool TicksAreInvariant() {
+#if defined(__x86_64__)
+  unsigned int eax, ebx, ecx, edx;
+  if (__get_cpuid(0x80000000, &eax, &ebx, &ecx, &edx) == 0 ||
+      eax < 0x80000007) {
+    return false;
+  }
+  __get_cpuid(0x80000007, &eax, &ebx, &ecx, &edx);
+  return (edx & (1u << 8)) != 0;  // Invariant TSC.
+#elif defined(__aarch64__)
+  return true;  // The generic timer's counter has a fixed frequency.
+#else
+  return false;
+#endif
+}
+
+}  // namespace internal
 
 void SystemClock::ForgetTickerAfterFork() {
   // The child has one thread and the ticker is gone: the coarse clock goes

@@ -38,7 +38,9 @@ int64_t CoarseNowNanosIfTicking();  // Defined below.
 // The default clock: CLOCK_MONOTONIC, expressed as `absl::UnixEpoch()` plus
 // the time since boot. A cache that uses it (`Options::clock == nullptr`)
 // checks freshness on the hit path against `CoarseNow()` instead, which costs
-// one relaxed atomic load.
+// one relaxed atomic load, and times a miss's load by the CPU's counter once
+// the ticker has measured its rate (its entry's times then start from the
+// coarse time: up to about a millisecond early, never late).
 class SystemClock final : public Clock {
  public:
   // SystemClock::Get()
