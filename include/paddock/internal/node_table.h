@@ -259,9 +259,12 @@ class NodeTable {
     return s->slot()[IndexOf(s, n)];
   }
 
+  // Loaded by every lookup, stored only when the array is replaced; the
+  // writer's counters go on the next line, so that an insert or erase on one
+  // core does not take from the others the line their lookups read.
   std::atomic<Slots*> slots_;
-  size_t live_ = 0;        // Writer only.
-  size_t tombstones_ = 0;  // Writer only.
+  alignas(64) size_t live_ = 0;  // Writer only.
+  size_t tombstones_ = 0;        // Writer only.
 };
 
 }  // namespace paddock::internal

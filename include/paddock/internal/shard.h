@@ -323,9 +323,11 @@ class alignas(64) Shard {
     in_flight_.Erase(r);
   }
 
-  mutable ShortMutex mu_;
-  // Written under mu_, read lock-free.
+  // Read lock-free by every lookup, written under mu_ (its slot array's
+  // address on a line of its own: see NodeTable). First, so that the
+  // writers' fields below do not share that line.
   NodeTable<Node> table_;
+  mutable ShortMutex mu_;
   std::atomic<size_t> size_{0};
   Sieve<Node> sieve_ ABSL_GUARDED_BY(mu_);
   FlightSet in_flight_ ABSL_GUARDED_BY(mu_);
