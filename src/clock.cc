@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -96,7 +97,7 @@ void ReadTicksAndNanos(uint64_t* ticks, int64_t* nanos) {
 }
 
 void TickerLoop() {
-  const bool ticks = internal::kHasTicks && internal::TicksAreInvariant();
+  const bool ticks = internal::kHasTicks && internal::TicksAreReliable();
   uint64_t ticks0 = 0;
   int64_t nanos0 = 0;
   if (ticks) ReadTicksAndNanos(&ticks0, &nanos0);
@@ -133,7 +134,7 @@ uint64_t PublishTickRate(uint64_t ticks0, int64_t nanos0, uint64_t ticks1,
   return rate;
 }
 
-bool TicksAreInvariant() {
+bool TicksAreReliable() {
 #if defined(__x86_64__)
   unsigned int eax, ebx, ecx, edx;
   if (__get_cpuid(0x80000000, &eax, &ebx, &ecx, &edx) == 0 ||
@@ -141,7 +142,11 @@ bool TicksAreInvariant() {
     return false;
   }
   __get_cpuid(0x80000007, &eax, &ebx, &ecx, &edx);
-  return (edx & (1u << 8)) != 0;  // Invariant TSC.
+  if ((edx & (1u << 8)) == 0) return false;  // Not an invariant TSC.
+  std::ifstream source(
+      "/sys/devices/system/clocksource/clocksource0/current_clocksource");
+  std::string name;
+  return std::getline(source, name) && name == "tsc";
 #elif defined(__aarch64__)
   return true;  // The generic timer's counter has a fixed frequency.
 #else

@@ -71,9 +71,13 @@ inline int64_t TicksToNanos(uint64_t from, uint64_t to, uint64_t q32) {
 uint64_t PublishTickRate(uint64_t ticks0, int64_t nanos0, uint64_t ticks1,
                          int64_t nanos1);
 
-// Whether this CPU's counter runs at a constant rate in every power state
-// (x86-64: CPUID's invariant-TSC bit; AArch64: always).
-bool TicksAreInvariant();
+// Whether the counter can time a load on any core: it runs at a constant
+// rate in every power state and is in step across CPUs. x86-64: CPUID's
+// invariant-TSC bit, and the kernel keeping time by the TSC (clocksource
+// `tsc`, which Linux keeps only while it finds the CPUs' TSCs in step);
+// AArch64: always (the generic timer is system-wide). Reads a sysfs file:
+// for the ticker's start, not a hot path.
+bool TicksAreReliable();
 
 }  // namespace paddock::internal
 
