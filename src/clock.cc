@@ -96,13 +96,26 @@ void ReadTicksAndNanos(uint64_t* ticks, int64_t* nanos) {
   }
 }
 
+// How often the ticker asks again whether the counter is reliable: the
+// kernel drops the TSC as its clocksource when its watchdog finds the CPUs'
+// TSCs out of step, and loads must then go back to the clock.
+constexpr int kReliabilityCheckTicks = 1000;
+
 void TickerLoop() {
-  const bool ticks = internal::kHasTicks && internal::TicksAreReliable();
+  bool ticks = internal::kHasTicks && internal::TicksAreReliable();
   uint64_t ticks0 = 0;
   int64_t nanos0 = 0;
   if (ticks) ReadTicksAndNanos(&ticks0, &nanos0);
+  int since_check = 0;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (ticks && ++since_check == kReliabilityCheckTicks) {
+      since_check = 0;
+      if (!internal::TicksAreReliable()) {
+        ticks = false;
+        internal::tick_nanos_q32.store(0, std::memory_order_relaxed);
+      }
+    }
     if (!ticks) {
       SystemClock::NowNanos();
       continue;
