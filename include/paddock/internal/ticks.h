@@ -30,8 +30,9 @@ inline constexpr bool kHasTicks = true;
 inline constexpr bool kHasTicks = false;
 #endif
 
-// Nanoseconds per tick in 32.32 fixed point; 0 until measured (and for ever
-// without an invariant counter). Written by the ticker only.
+// Nanoseconds per tick in 32.32 fixed point; 0 until measured, without a
+// reliable counter, and again once it stops being one. Written by the
+// ticker only.
 extern std::atomic<uint64_t> tick_nanos_q32;
 
 // The counter now; 0 without one. Not ordered with the instructions around
@@ -76,7 +77,7 @@ uint64_t PublishTickRate(uint64_t ticks0, int64_t nanos0, uint64_t ticks1,
 // invariant-TSC bit, and the kernel keeping time by the TSC (clocksource
 // `tsc`, which Linux keeps only while it finds the CPUs' TSCs in step);
 // AArch64: always (the generic timer is system-wide). Reads a sysfs file:
-// for the ticker's start, not a hot path.
+// for the ticker (at its start and once a second), not a hot path.
 bool TicksAreReliable();
 
 }  // namespace paddock::internal
