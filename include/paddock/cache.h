@@ -355,9 +355,10 @@ class Cache {
   // When a foreground load starts: its time on the cache's clock and, on the
   // default clock once the tick rate is known (internal/ticks.h), a tick
   // count that times it, so that neither end reads the precise clock (two
-  // vDSO reads were 15 % of a Zipf miss). `nanos` is then the coarse time,
-  // never ahead of the precise one, and the load ends at `nanos` plus its
-  // duration: its entry's times start up to a coarse tick early, never late.
+  // vDSO reads per miss were 15 % of a Zipf run's time). `nanos` is then the
+  // coarse time, never ahead of the precise one, and the load ends at
+  // `nanos` plus its duration: its entry's times start up to a coarse tick
+  // early, never late.
   struct LoadStart {
     int64_t nanos = 0;
     uint64_t ticks = 0;

@@ -3,10 +3,10 @@
 // `Ticks()`: the CPU's constant-rate counter (x86-64's invariant TSC,
 // AArch64's virtual counter), for timing a load on the default clock. A
 // vDSO clock read costs 16 ns on the 2-vCPU VM of docs/benchmarks.md and a
-// miss made two, 15 % of a Zipf miss's time; a counter read costs 7 ns. The
+// miss made two, 15 % of a Zipf run's time; a counter read costs 7 ns. The
 // rate is measured by the coarse clock's ticker against CLOCK_MONOTONIC
-// (src/clock.cc); until it is known, or where there is no such counter,
-// `TickNanosKnown()` is false and callers read the clock instead.
+// (src/clock.cc); until it is known, or where there is no reliable counter,
+// `TickNanosQ32()` is 0 and callers read the clock instead.
 
 #ifndef PADDOCK_INTERNAL_TICKS_H_
 #define PADDOCK_INTERNAL_TICKS_H_
