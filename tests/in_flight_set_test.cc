@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,36 @@ TEST_F(InFlightSetTest, FindIfForEachAndSwapSeeEveryRegistration) {
   for (int i = 0; i < kKeys; ++i) {
     EXPECT_NE(other.Find(KeyOf(i), HashOf(i)), nullptr);
   }
+}
+
+// Keys whose comparison throws while `throwing` is set.
+bool throwing = false;
+struct ThrowingEq {
+  bool operator()(const std::string& a, const std::string& b) const {
+    if (throwing) throw std::runtime_error("comparison failed");
+    return a == b;
+  }
+};
+
+TEST_F(InFlightSetTest, EraseComparesNoKeysOnEitherSideOfTheInlineArray) {
+  InFlightSet<std::string, FakeFlight, ThrowingEq> set;
+  constexpr int kKeys = static_cast<int>(Set::kInline) * 2;
+  std::vector<PendingLoad<FakeFlight>> pending(kKeys);
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string& key = KeyOf(i);
+    set.FindOrInsert(key, HashOf(i), [&] {
+      return Entry{&key, HashOf(i), nullptr, &pending[i]};
+    });
+  }
+  throwing = true;  // As for a leader whose comparison threw (ForgetPending).
+  for (int i = kKeys - 1; i >= 0; --i) {
+    Entry* r =
+        set.FindIf([&](const Entry& e) { return e.pending == &pending[i]; });
+    ASSERT_NE(r, nullptr);
+    EXPECT_NO_THROW(set.Erase(r));
+  }
+  throwing = false;
+  EXPECT_EQ(set.size(), 0u);
 }
 
 TEST_F(InFlightSetTest, MatchesAMapUnderRandomInsertsAndErases) {

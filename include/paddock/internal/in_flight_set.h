@@ -102,6 +102,8 @@ class InFlightSet {
   }
 
   // Removes `r`, a registration of this set whose flight was moved out.
+  // Compares no keys (a leader whose key comparison threw erases by
+  // address), so never throws.
   void Erase(Entry* r) {
     assert(r->flight == nullptr);
     if (r >= inline_.data() && r < inline_.data() + inline_size_) {
@@ -111,7 +113,7 @@ class InFlightSet {
       if (r != &last) *r = std::move(last);
       return;
     }
-    overflow_.erase(Key{r->key, r->hash});
+    overflow_.erase(At{r});
   }
 
   // The first registration for which `pred` holds, or nullptr (a scan).
@@ -153,10 +155,15 @@ class InFlightSet {
     const K* key;
     size_t hash;
   };
+  // What Erase passes: the registration itself, found by its address.
+  struct At {
+    const Entry* r;
+  };
   struct Hash {
     using is_transparent = void;
     size_t operator()(const Entry& r) const { return r.hash; }
     size_t operator()(const Key& k) const { return k.hash; }
+    size_t operator()(const At& a) const { return a.r->hash; }
   };
   struct KeyEq {
     using is_transparent = void;
@@ -166,6 +173,8 @@ class InFlightSet {
     bool operator()(const A& a, const B& b) const {
       return a.hash == b.hash && Eq()(KeyOf(a), KeyOf(b));
     }
+    bool operator()(const Entry& e, const At& a) const { return &e == a.r; }
+    bool operator()(const At& a, const Entry& e) const { return &e == a.r; }
   };
 
   std::array<Entry, kInline> inline_{};  // [0, inline_size_) in use.
