@@ -5,7 +5,6 @@
 #include <linux/membarrier.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "paddock/clock.h"
 #include "paddock/internal/mutex.h"
 
 namespace paddock::internal {
@@ -125,14 +125,9 @@ uint32_t next_index ABSL_GUARDED_BY(registry_mu) = 0;
 
 constinit Mutex retire_mu;
 size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
-// CLOCK_MONOTONIC at the last try to advance; written under advance_mu.
+// SystemClock::NowNanos() at the last try to advance; written under
+// advance_mu.
 std::atomic<int64_t> last_advance_try_nanos{0};
-
-int64_t MonotonicNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 // One thread advances the epoch at a time, holding this and not retire_mu:
 // the advance's process-wide barrier interrupts every CPU running a thread
@@ -213,7 +208,8 @@ std::vector<Retired> Advance(bool wait) ABSL_LOCKS_EXCLUDED(retire_mu) {
     return {};
   }
   std::vector<Retired> freeable;
-  last_advance_try_nanos.store(MonotonicNanos(), std::memory_order_relaxed);
+  last_advance_try_nanos.store(SystemClock::NowNanos(),
+                               std::memory_order_relaxed);
   HeavyFence();
   // Only an advancer changes the epoch: it stays `epoch` until the store.
   const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
@@ -253,7 +249,7 @@ bool AddLocked(const Retired* items, size_t n)
   retired_since_advance += n;
   if (retired_since_advance < kAdvanceEvery) return false;
   return retired_since_advance >= kAdvanceAlways ||
-         MonotonicNanos() -
+         SystemClock::NowNanos() -
                  last_advance_try_nanos.load(std::memory_order_relaxed) >=
              kMinAdvanceIntervalNanos;
 }
