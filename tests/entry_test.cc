@@ -1,6 +1,6 @@
-// Tests of paddock/internal/entry.h: a compact entry gives back exactly the
-// times it was given, whether it derives them from the cache's fixed
-// lifetime or keeps them in its extras, and stays small.
+// Tests of paddock/internal/entry.h: a compact entry (kFixed, kFixedExpiry)
+// gives back exactly the times it was given, whether it derives them from
+// the cache's fixed lifetime or keeps them in its extras, and stays small.
 
 #include "paddock/internal/entry.h"
 
@@ -24,8 +24,9 @@ constexpr FixedTimes kFixed{.quiet = 10'000'000'000,
                             .keep = 40'000'000'000,
                             .serve_on_error = 15'000'000'000};
 
-using Compact = Entry<uint64_t, uint64_t, /*kCompact=*/true>;
-using Full = Entry<uint64_t, uint64_t, /*kCompact=*/false>;
+using Compact = Entry<uint64_t, uint64_t, EntryLayout::kFixed>;
+using Expiry = Entry<uint64_t, uint64_t, EntryLayout::kFixedExpiry>;
+using Full = Entry<uint64_t, uint64_t, EntryLayout::kFull>;
 
 void ExpectTimes(const EntryTimes& want, const EntryTimes& got) {
   EXPECT_EQ(got.loaded_at, want.loaded_at);
@@ -50,6 +51,7 @@ void ExpectAccessors(const E& e, const EntryTimes& want) {
 TEST(EntryTest, ACompactEntryOfAUint64KeyAndValueFitsA64ByteChunk) {
   // 56 bytes: malloc's 8-byte header makes it one 64-byte chunk.
   EXPECT_LE(sizeof(Compact), 56u);
+  EXPECT_LE(sizeof(Expiry), 64u);  // An 80-byte chunk.
   EXPECT_LE(sizeof(Full), 96u);
 }
 
@@ -84,6 +86,58 @@ void ExpectKeepsAnySchedule() {
 
 TEST(EntryTest, ACompactEntryKeepsOtherTimesInItsExtras) {
   ExpectKeepsAnySchedule<Compact>();
+}
+
+TEST(EntryTest, AFixedExpiryEntryKeepsOtherTimesInItsExtras) {
+  ExpectKeepsAnySchedule<Expiry>();
+}
+
+// XFetch's schedule: the quiet window shrinks with the load's duration, the
+// other offsets are kFixed's.
+EntryTimes XFetchLike(int64_t loaded_at, int64_t load_duration) {
+  EntryTimes t = kFixed.At(loaded_at, load_duration);
+  t.quiet_until = loaded_at + kFixed.quiet - 21 * load_duration;
+  return t;
+}
+
+TEST(EntryTest, AFixedExpiryEntryDerivesAllButItsQuietWindow) {
+  for (int64_t duration : {int64_t{0}, int64_t{7}, int64_t{300'000'000}}) {
+    const EntryTimes t = XFetchLike(/*loaded_at=*/1'000, duration);
+    Expiry e(42, 1);
+    e.emplace_value(2);
+    e.SetTimes(t, kFixed);
+    EXPECT_FALSE(e.has_extras()) << duration;
+    ExpectAccessors(e, t);
+    EXPECT_EQ(e.evict_after(kFixed), t.keep_until);
+  }
+}
+
+TEST(EntryTest, AFixedExpiryEntryWhoseOtherTimesAreNotFixedKeepsThemExactly) {
+  // What a policy that declares kFixedExpiry wrongly gives: an expiry that
+  // depends on the load's duration.
+  EntryTimes t = XFetchLike(1'000, 7);
+  t.expires_at += 7;
+  Expiry e(42, 1);
+  e.SetTimes(t, kFixed);
+  EXPECT_TRUE(e.has_extras());
+  ExpectAccessors(e, t);
+  // And one that saturated.
+  const EntryTimes late = XFetchLike(kMax - 20'000'000'000, 1);
+  ASSERT_EQ(late.keep_until, kMax);
+  Expiry f(42, 1);
+  f.SetTimes(late, kFixed);
+  ExpectAccessors(f, late);
+}
+
+TEST(EntryTest, AFixedExpiryEntrysExtrasMadeAfterItsTimesKeepThem) {
+  const EntryTimes t = XFetchLike(1'000, 7);
+  Expiry e(42, 1);
+  e.emplace_value(2);
+  e.SetTimes(t, kFixed);
+  e.mutable_extras(kFixed).shared_version = "v1";
+  ExpectAccessors(e, t);
+  ASSERT_NE(e.shared_version(), nullptr);
+  EXPECT_EQ(*e.shared_version(), "v1");
 }
 
 TEST(EntryTest, AFullEntryStoresEveryTimeInline) {
@@ -147,7 +201,7 @@ TEST(EntryTest, TimesSetAfterTheExtrasGoThere) {
 
 TEST(EntryTest, AnErrorEntryKeepsTheValueAndScheduleItReplaces) {
   const EntryTimes t = kFixed.At(1'000, 7);
-  Entry<std::string, std::string, true> current(42, "k");
+  Entry<std::string, std::string, EntryLayout::kFixed> current(42, "k");
   current.emplace_value("v");
   current.SetTimes(t, kFixed);
   auto kept = MakeErrorEntry(42, std::string("k"), &current,

@@ -85,7 +85,7 @@ TEST(ExceptionSafety, FailingToAllocateTheEntryFailsThatLoadOnly) {
         // cached by this thread's node pool).
         if (++loads == 1) {
           using Node = internal::Entry<std::string, std::string,
-                                       /*kCompact=*/true>;
+                                       internal::EntryLayout::kFixed>;
           internal::NodePool<sizeof(Node), Node::kAddressAlignment>::Release();
           fail_next_allocation_of = sizeof(Node);
         }

@@ -271,8 +271,16 @@ class Cache {
   static constexpr bool kFixedLifetime = requires {
     requires Policy::kFixedLifetime;
   };
-  // A fixed lifetime lets entries derive their times (entry.h).
-  using Entry = internal::Entry<K, V, kFixedLifetime>;
+  static constexpr bool kFixedExpiry = !kFixedLifetime && requires {
+    requires Policy::kFixedExpiry;
+  };
+  // A fixed lifetime, or fixed offsets but the quiet window's, let entries
+  // derive their times (entry.h).
+  static constexpr internal::EntryLayout kLayout =
+      kFixedLifetime ? internal::EntryLayout::kFixed
+      : kFixedExpiry ? internal::EntryLayout::kFixedExpiry
+                     : internal::EntryLayout::kFull;
+  using Entry = internal::Entry<K, V, kLayout>;
 
   // One load's result, shared by its waiters.
   struct Outcome {
@@ -282,7 +290,7 @@ class Cache {
   };
 
   using Flight = internal::KeyedFlight<Outcome, K>;
-  using Shard = internal::Shard<K, V, Flight, Hash, Eq, kFixedLifetime>;
+  using Shard = internal::Shard<K, V, Flight, Hash, Eq, kLayout>;
   using Writer = typename Shard::Writer;
 
   // One load of one key, from its registration to its completion: the key,
@@ -583,8 +591,9 @@ class Cache {
   const size_t shard_count_;
   std::unique_ptr<Shard[]> shards_;
   mutable Random rng_;
-  // The lifetime of every value, for a policy with kFixedLifetime, and its
-  // offsets in nanoseconds (what compact entries derive their times from);
+  // The lifetime of every value, for a policy with kFixedLifetime (with
+  // kFixedExpiry: of every value but for its quiet window), and its offsets
+  // in nanoseconds (what compact entries derive their times from);
   // `fixed_times_exact_`: they give the times AddSaturated would for every
   // load time (all four durations finite and not negative).
   const Lifetime fixed_lifetime_;
@@ -886,7 +895,7 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
       shards_(new Shard[shard_count_]),
       rng_(internal::SeedOrRandom(options_.seed)),
       fixed_lifetime_(
-          kFixedLifetime
+          kFixedLifetime || kFixedExpiry
               ? policy_.OnStore(options_.ttl, absl::ZeroDuration(), rng_)
               : Lifetime{}),
       fixed_times_{

@@ -72,6 +72,13 @@ struct Lifetime {
 //    `ttl` and the policy's own settings, and it draws nothing, so the cache
 //    calls it once, at construction, instead of on every store (SingleFlight,
 //    SoftTtl).
+//  - optionally `P::kFixedExpiry = true` (ignored with kFixedLifetime): of
+//    `OnStore`'s result only `quiet_for` depends on `load_duration`, the
+//    other three depend only on `ttl` and the policy's own settings, and it
+//    draws nothing (XFetch). Entries then derive three of their times instead
+//    of storing them (32 bytes less each). The cache checks this on every
+//    store: a value whose lifetime breaks it keeps all its times, and is
+//    served the same.
 template <typename P>
 concept RefreshPolicy = std::copy_constructible<P> &&
     requires(const P& p, const EntryState& state, absl::Time now,
@@ -153,6 +160,8 @@ struct XFetch {
   // e^(−21) ≈ 7.6e-10: the trigger chance skipped by the fast window.
   static constexpr double kCap = 21.0;
   static constexpr bool kCoalesceLoads = true;
+  // Only the quiet window depends on Δ (see RefreshPolicy).
+  static constexpr bool kFixedExpiry = true;
 
   Lifetime OnStore(absl::Duration ttl, absl::Duration load_duration,
                    Random&) const {

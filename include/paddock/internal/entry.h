@@ -1,6 +1,6 @@
 // File: paddock/internal/entry.h
 // -----------------------------------------------------------------------------
-// `Entry<K, V, kCompact>`: what a cache stores for one key, a value or a
+// `Entry<K, V, kLayout>`: what a cache stores for one key, a value or a
 // remembered error, with the times its policy fixed when it was stored.
 // Immutable once published: a write replaces the entry (readers hold no
 // lock), except for the two one-way flags lookups set and the links the
@@ -8,14 +8,18 @@
 //
 // Times are nanoseconds on the cache's clock (`Options::clock`).
 //
-// Two layouts, chosen by the policy. A policy whose lifetime is the same for
-// every value (`kFixedLifetime`) gets the compact one: an entry whose times
-// are its load's end plus the cache's fixed offsets (`FixedTimes`) stores
-// only `quiet_until` and the load's duration, and derives the rest; any other
+// Three layouts (`EntryLayout`), chosen by the policy. A policy whose
+// lifetime is the same for every value (`kFixedLifetime`) gets `kFixed`: an
+// entry whose times are its load's end plus the cache's fixed offsets
+// (`FixedTimes`) stores only `quiet_until` and the load's duration, and
+// derives the rest. A policy whose quiet window alone depends on the load's
+// duration (`kFixedExpiry`, XFetch) gets `kFixedExpiry`: the load's end is
+// stored too, and the other three times derive from it. In both, any other
 // entry of that cache (from the shared tier, a remembered error, a time that
-// saturated) keeps its times in its extras. Every other policy stores all
-// times inline. An entry of uint64_t key and value is 56 bytes compact (a
-// 64-byte malloc chunk), 96 bytes otherwise.
+// saturated, a policy that declared its trait wrongly) keeps its times in its
+// extras. Every other policy stores all times inline (`kFull`). An entry of
+// uint64_t key and value is 56 bytes `kFixed` (a 64-byte malloc chunk), 64
+// bytes `kFixedExpiry` (80) and 96 bytes `kFull` (112).
 
 #ifndef PADDOCK_INTERNAL_ENTRY_H_
 #define PADDOCK_INTERNAL_ENTRY_H_
@@ -63,7 +67,8 @@ struct EntryTimes {
 };
 
 // The offsets from a load's end of a fixed lifetime (`kFixedLifetime`), in
-// nanoseconds, each clamped to the int64 range.
+// nanoseconds, each clamped to the int64 range. With `kFixedExpiry` only the
+// last three are fixed, and `quiet` is not used.
 struct FixedTimes {
   int64_t quiet = 0;
   int64_t expires = 0;
@@ -93,8 +98,17 @@ struct EntryExtras {
   EntryTimes times;
 };
 
-template <typename K, typename V, bool kCompact = false>
+// How an entry keeps its times (see the file comment).
+enum class EntryLayout {
+  kFull,         // All six inline.
+  kFixed,        // quiet_until and the load's duration; the rest derived.
+  kFixedExpiry,  // kFixed plus the load's end; quiet_until not derived.
+};
+
+template <typename K, typename V, EntryLayout kLayout = EntryLayout::kFull>
 struct Entry {
+  // Whether times derive from the cache's FixedTimes (kFixed, kFixedExpiry).
+  static constexpr bool kCompact = kLayout != EntryLayout::kFull;
   // Every entry is allocated at this alignment, whatever alignof(Entry), so
   // that a table slot can keep three bits of the hash beside the address
   // (node_table.h) without rounding the entry up to a multiple of 16.
@@ -160,9 +174,14 @@ struct Entry {
 
   // -- Times. `fixed`: the cache's fixed lifetime (ignored unless compact).
   EntryTimes times(const FixedTimes& fixed) const {
-    if constexpr (kCompact) {
+    if constexpr (kLayout == EntryLayout::kFixed) {
       if (has_extras_) return Extras()->times;
-      return fixed.At(DerivedLoadedAt(fixed), CompactDuration());
+      return fixed.At(DerivedLoadedAt(fixed), tail_.load_duration);
+    } else if constexpr (kLayout == EntryLayout::kFixedExpiry) {
+      if (has_extras_) return Extras()->times;
+      EntryTimes t = fixed.At(tail_.loaded_at, tail_.load_duration);
+      t.quiet_until = quiet_until;  // Not fixed: see Derivable.
+      return t;
     } else {
       return {tail_.loaded_at,
               quiet_until,
@@ -196,6 +215,9 @@ struct Entry {
     if constexpr (kCompact) {
       if (!has_extras_ && Derivable(t, fixed)) {
         tail_.load_duration = t.load_duration;
+        if constexpr (kLayout == EntryLayout::kFixedExpiry) {
+          tail_.loaded_at = t.loaded_at;
+        }
         return;
       }
       mutable_extras(fixed).times = t;
@@ -213,6 +235,8 @@ struct Entry {
   // stores its two fields without building the schedule and deriving it back.
   void SetFixedTimes(int64_t loaded_at, int64_t load_duration,
                      const FixedTimes& fixed) {
+    static_assert(kLayout != EntryLayout::kFixedExpiry,
+                  "its quiet window is not fixed: use SetTimes");
     if constexpr (kCompact) {
       int64_t quiet, unused;
       if (!has_extras_ &&
@@ -268,8 +292,15 @@ struct Entry {
   }
 
  private:
-  // Whether `fixed` gives back exactly `t` from `t.quiet_until`.
+  // Whether `fixed` gives back exactly `t` from what the layout stores:
+  // `t.quiet_until` (kFixed), or `t.loaded_at` for all but the quiet window
+  // (kFixedExpiry).
   static bool Derivable(const EntryTimes& t, const FixedTimes& fixed) {
+    if constexpr (kLayout == EntryLayout::kFixedExpiry) {
+      const EntryTimes d = fixed.At(t.loaded_at, t.load_duration);
+      return d.expires_at == t.expires_at && d.keep_until == t.keep_until &&
+             d.stale_if_error_until == t.stale_if_error_until;
+    }
     int64_t loaded_at;
     if (__builtin_sub_overflow(t.quiet_until, fixed.quiet, &loaded_at)) {
       return false;
@@ -291,14 +322,21 @@ struct Entry {
     }
     return loaded_at;
   }
-  int64_t CompactDuration() const { return tail_.load_duration; }
   EntryExtras* Extras() const { return tail_.extras; }
 
-  // Compact: one word, the load duration until there are extras, their
+  // kFixed: one word, the load duration until there are extras, their
   // address after (`has_extras_` says which member is the active one).
   union CompactTail {
     int64_t load_duration = 0;
     EntryExtras* extras;
+  };
+  // kFixedExpiry: the same and the load's end (unused once there are extras).
+  struct ExpiryTail {
+    union {
+      int64_t load_duration = 0;
+      EntryExtras* extras;
+    };
+    int64_t loaded_at = 0;
   };
   struct FullTail {
     EntryExtras* extras = nullptr;
@@ -308,7 +346,11 @@ struct Entry {
     int64_t stale_if_error_until = 0;
     int64_t load_duration = 0;
   };
-  std::conditional_t<kCompact, CompactTail, FullTail> tail_;
+  std::conditional_t<
+      kLayout == EntryLayout::kFixed, CompactTail,
+      std::conditional_t<kLayout == EntryLayout::kFixedExpiry, ExpiryTail,
+                         FullTail>>
+      tail_;
 };
 
 // The entry that remembers a failed load of `key` for `error_ttl`, made when
@@ -316,12 +358,12 @@ struct Entry {
 // `keep_value`, it keeps `current`'s value and schedule beside the error, so
 // a value the policy still serves is not taken away. Copies the value: call
 // without a cache lock.
-template <typename K, typename V, bool kCompact>
-std::unique_ptr<Entry<K, V, kCompact>> MakeErrorEntry(
-    size_t hash, const K& key, const Entry<K, V, kCompact>* current,
+template <typename K, typename V, EntryLayout kLayout>
+std::unique_ptr<Entry<K, V, kLayout>> MakeErrorEntry(
+    size_t hash, const K& key, const Entry<K, V, kLayout>* current,
     bool keep_value, const absl::Status& error, int64_t started,
     int64_t finished, absl::Duration error_ttl, const FixedTimes& fixed) {
-  auto n = std::make_unique<Entry<K, V, kCompact>>(hash, key);
+  auto n = std::make_unique<Entry<K, V, kLayout>>(hash, key);
   EntryExtras& extras = n->mutable_extras(fixed);
   if (keep_value) {
     n->emplace_value(current->value());

@@ -43,12 +43,12 @@ namespace paddock::internal {
 
 // `Hash` is not called by the shard: callers pass the hash of each key
 // (already mixed, see hash_mix.h). `Flight` has `key()` and `hash()`
-// (internal::KeyedFlight). `kCompact`: the entries' layout (entry.h).
+// (internal::KeyedFlight). `kLayout`: the entries' (entry.h).
 template <typename K, typename V, typename Flight, typename Hash, typename Eq,
-          bool kCompact = false>
+          EntryLayout kLayout = EntryLayout::kFull>
 class alignas(64) Shard {
  public:
-  using Node = Entry<K, V, kCompact>;
+  using Node = Entry<K, V, kLayout>;
   using Pending = PendingLoad<Flight>;
   using FlightSet = InFlightSet<K, Flight, Eq>;
   using Registered = typename FlightSet::Entry;
