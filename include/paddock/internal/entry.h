@@ -346,10 +346,9 @@ struct Entry {
     int64_t stale_if_error_until = 0;
     int64_t load_duration = 0;
   };
-  std::conditional_t<
-      kLayout == EntryLayout::kFixed, CompactTail,
-      std::conditional_t<kLayout == EntryLayout::kFixedExpiry, ExpiryTail,
-                         FullTail>>
+  std::conditional_t<kLayout == EntryLayout::kFixed, CompactTail,
+                     std::conditional_t<kLayout == EntryLayout::kFixedExpiry,
+                                        ExpiryTail, FullTail>>
       tail_;
 };
 
