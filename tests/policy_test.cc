@@ -172,7 +172,7 @@ TEST(RandomTest, SameSeedSameSequenceAndOpenClosedRange) {
 // Policies inside a cache.
 
 class PolicyInCache : public ::testing::Test {
- protected:
+ public:  // For the helpers below that take the fixture.
   // A loader whose values count up ("v1", "v2", ...) and whose load takes
   // `load_time` on the ManualClock.
   auto CountingLoader(absl::Duration load_time = absl::ZeroDuration()) {
@@ -238,6 +238,53 @@ TEST_F(PolicyInCache, AFixedLifetimeIsAskedForOnceAndHoldsForEveryStore) {
 }
 
 static_assert(SingleFlight::kFixedLifetime && SoftTtl::kFixedLifetime);
+static_assert(XFetch::kFixedExpiry);
+
+// A policy that claims kFixedExpiry but whose expiry (not only its quiet
+// window) grows with the load's duration: wrongly, or `kLies` = false to
+// make only the claim XFetch makes.
+template <bool kLies>
+struct StretchedExpiry {
+  static constexpr bool kCoalesceLoads = true;
+  static constexpr bool kFixedExpiry = true;
+  Lifetime OnStore(absl::Duration ttl, absl::Duration load_duration,
+                   Random&) const {
+    const absl::Duration expires = kLies ? ttl + load_duration : ttl;
+    return {.expires_after = expires,
+            .quiet_for = expires - 2 * load_duration,
+            .keep_for = 2 * expires,
+            .serve_on_error_for = expires};
+  }
+  Decision Decide(const EntryState& s, absl::Time now, Random&) const {
+    return now < s.expires_at ? Decision::kServe : Decision::kLoad;
+  }
+};
+
+// Whatever a kFixedExpiry policy claims, each value is fresh exactly as long
+// as its OnStore said, through its quiet window and after.
+template <bool kLies>
+void ExpectServedForItsOwnLifetime(PolicyInCache& test) {
+  Cache<std::string, std::string, StretchedExpiry<kLies>> cache(
+      test.CountingLoader(absl::Milliseconds(100)), test.options_);
+  ASSERT_EQ(*cache.Get("k"), "v1");  // Loaded at 100 ms, in 100 ms.
+  const absl::Duration fresh =
+      kLies ? absl::Seconds(10) + absl::Milliseconds(100) : absl::Seconds(10);
+  test.clock_.Advance(fresh - absl::Milliseconds(250));  // Still quiet.
+  EXPECT_EQ(*cache.Get("k"), "v1");
+  test.clock_.Advance(absl::Milliseconds(249));  // Past quiet, fresh.
+  EXPECT_EQ(*cache.Get("k"), "v1");
+  test.clock_.Advance(absl::Milliseconds(1));  // Expired: loads.
+  EXPECT_EQ(*cache.Get("k"), "v2");
+  EXPECT_EQ(test.loads_.load(), 2);
+}
+
+TEST_F(PolicyInCache, AFixedExpiryPolicyIsServedForItsLifetime) {
+  ExpectServedForItsOwnLifetime<false>(*this);
+}
+
+TEST_F(PolicyInCache, AWrongFixedExpiryClaimCostsMemoryNotCorrectness) {
+  ExpectServedForItsOwnLifetime<true>(*this);
+}
 
 TEST_F(PolicyInCache, NaiveJitterLetsEveryBlockedCallerLoad) {
   constexpr int kCallers = 8;
