@@ -6,8 +6,8 @@
 // keeps only seven blocks per size in its per-thread cache, so most of those
 // calls took its slower paths (about 300 instructions per miss,
 // docs/benchmarks.md). A thread keeps up to `kMaxCached` blocks it freed
-// (64 KiB) and hands them out again; beyond that, and at thread exit, blocks go
-// back to `operator delete`.
+// (128 KiB) and hands them out again; beyond that, and at thread exit, blocks
+// go back to `operator delete`.
 //
 // Under AddressSanitizer and ThreadSanitizer the pool is off (every block
 // goes to the allocator, which they replace), so that a use of a freed entry,
@@ -39,10 +39,13 @@ class NodePool {
   static_assert(kSize >= sizeof(void*), "a free block holds the next link");
 
  public:
-  // As many blocks as 64 KiB hold (1,024 entries of a uint64_t cache): an
-  // epoch advance frees a few hundred entries at once (epoch.cc).
+  // As many blocks as 128 KiB hold (2,048 entries of a uint64_t cache): an
+  // epoch advance frees what every thread retired in its interval, on the
+  // thread that ran it (about 1,200 entries in a two-thread ReadWrite run;
+  // with 64 KiB a fifth of them went to free() while the other thread's pool
+  // ran dry and called malloc: 5 % of the run, docs/benchmarks.md).
   static constexpr size_t kMaxCached =
-      std::max<size_t>(size_t{64} * 1024 / kSize, 16);
+      std::max<size_t>(size_t{128} * 1024 / kSize, 16);
 
   // A block of kSize bytes aligned to kAlign. May throw std::bad_alloc.
   static void* Allocate() {
