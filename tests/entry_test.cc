@@ -129,17 +129,6 @@ TEST(EntryTest, AFixedExpiryEntryWhoseOtherTimesAreNotFixedKeepsThemExactly) {
   ExpectAccessors(f, late);
 }
 
-TEST(EntryTest, AFixedExpiryEntrysExtrasMadeAfterItsTimesKeepThem) {
-  const EntryTimes t = XFetchLike(1'000, 7);
-  Expiry e(42, 1);
-  e.emplace_value(2);
-  e.SetTimes(t, kFixed);
-  e.mutable_extras(kFixed).shared_version = "v1";
-  ExpectAccessors(e, t);
-  ASSERT_NE(e.shared_version(), nullptr);
-  EXPECT_EQ(*e.shared_version(), "v1");
-}
-
 TEST(EntryTest, AFullEntryStoresEveryTimeInline) {
   ExpectKeepsAnySchedule<Full>();
 }
@@ -177,15 +166,22 @@ TEST(EntryTest, SetFixedTimesStoresWhatSetTimesOfTheFixedScheduleDoes) {
   }
 }
 
-TEST(EntryTest, ExtrasMadeAfterTheTimesKeepThem) {
-  const EntryTimes t = kFixed.At(1'000, 7);
-  Compact e(42, 1);
+// Extras made after derivable times `t` were set keep them.
+template <typename E>
+void ExpectExtrasKeepTheTimes(const EntryTimes& t) {
+  E e(42, 1);
   e.emplace_value(2);
   e.SetTimes(t, kFixed);
+  ASSERT_FALSE(e.has_extras());
   e.mutable_extras(kFixed).shared_version = "v1";
   ExpectAccessors(e, t);
   ASSERT_NE(e.shared_version(), nullptr);
   EXPECT_EQ(*e.shared_version(), "v1");
+}
+
+TEST(EntryTest, ExtrasMadeAfterTheTimesKeepThem) {
+  ExpectExtrasKeepTheTimes<Compact>(kFixed.At(1'000, 7));
+  ExpectExtrasKeepTheTimes<Expiry>(XFetchLike(1'000, 7));
 }
 
 TEST(EntryTest, TimesSetAfterTheExtrasGoThere) {
