@@ -278,6 +278,45 @@ TEST(SystemClockDeathTest, WithoutATickerThreadHitsReadThePreciseClock) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// Asked about every hit (no quiet window); remembers when the value it was
+// asked about was stored.
+struct RecordsLoadedAt {
+  static constexpr bool kCoalesceLoads = true;
+  Lifetime OnStore(absl::Duration ttl, absl::Duration, Random&) const {
+    return {.expires_after = ttl,
+            .quiet_for = absl::ZeroDuration(),
+            .keep_for = ttl,
+            .serve_on_error_for = ttl};
+  }
+  Decision Decide(const EntryState& s, absl::Time, Random&) const {
+    loaded_at->store(absl::ToUnixNanos(s.loaded_at));
+    return Decision::kServe;
+  }
+  std::atomic<int64_t>* loaded_at;
+};
+
+TEST(SystemClockTest, APutIsStoredAtATimeNeverAheadOfThePreciseClock) {
+  // A Put takes the coarse time while the ticker runs: at most a tick early
+  // (the bound below only catches nonsense), never late, so a value is never
+  // fresh for longer than its ttl.
+  std::atomic<int64_t> loaded_at{0};
+  Cache<int, int, RecordsLoadedAt> cache(
+      [](const int& k) -> absl::StatusOr<int> { return k; },
+      Options{.ttl = absl::Hours(1)}, {.loaded_at = &loaded_at});
+  SystemClock::CoarseNowNanos();  // Starts the ticker.
+  for (int i = 0; i < 3; ++i) {
+    const int64_t before = SystemClock::NowNanos();
+    cache.Put(1, i);
+    const int64_t after = SystemClock::NowNanos();
+    loaded_at.store(0);
+    ASSERT_EQ(cache.Get(1).value(), i);
+    ASSERT_NE(loaded_at.load(), 0) << "the policy was not asked";
+    EXPECT_LE(loaded_at.load(), after);
+    EXPECT_GE(loaded_at.load(), before - int64_t{10'000'000'000});
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 TEST(SystemClockTest, AForkedChildStartsATickerOfItsOwn) {
   if (PADDOCK_TEST_TSAN) {
     GTEST_SKIP() << "ThreadSanitizer stops a forked child that starts a thread";
