@@ -291,6 +291,92 @@ TEST(CacheRegression, UncoalescedLoadsOfAWrittenKeyStillDropTheirResult) {
   EXPECT_EQ(cache.GetIfPresent("k"), "put");
 }
 
+// The first of a key's uncoalesced loads registers without a flight; a
+// second hands that registration to a flight both share. Each test holds
+// the first load (#1) and the second (#2) in their loaders.
+class UncoalescedCoRunners : public ::testing::Test {
+ protected:
+  UncoalescedCoRunners()
+      : cache_(
+            [this](const std::string& k) -> absl::StatusOr<std::string> {
+              const int call = ++calls_;
+              loading_.Increment();
+              (call == 1 ? first_ : second_).Wait();
+              return absl::StrCat(k, "#", call);
+            },
+            Options{.ttl = absl::Seconds(60), .shards = 1},
+            NaiveJitter{.jitter = 0}) {}
+  ~UncoalescedCoRunners() override {
+    first_.Open();
+    second_.Open();
+    if (first_caller_.joinable()) first_caller_.join();
+    if (second_caller_.joinable()) second_caller_.join();
+  }
+
+  // Starts both loads of "k"; the first caller's key is its own, destroyed
+  // when its Get returns.
+  void StartBoth() {
+    first_caller_ = std::thread([this] {
+      const std::string key = "k";
+      first_result_ = cache_.Get(key);
+    });
+    ASSERT_TRUE(loading_.WaitFor(1));
+    second_caller_ = std::thread([this] { second_result_ = cache_.Get("k"); });
+    ASSERT_TRUE(loading_.WaitFor(2));
+  }
+
+  std::atomic<int> calls_{0};
+  Counter loading_;
+  Gate first_;
+  Gate second_;
+  Cache<std::string, std::string, NaiveJitter> cache_;
+  std::thread first_caller_;
+  std::thread second_caller_;
+  absl::StatusOr<std::string> first_result_;
+  absl::StatusOr<std::string> second_result_;
+};
+
+TEST_F(UncoalescedCoRunners, TheSecondStoresAfterTheFirstReturned) {
+  StartBoth();
+  first_.Open();
+  first_caller_.join();
+  EXPECT_EQ(first_result_.value_or(""), "k#1");
+  EXPECT_EQ(cache_.GetIfPresent("k"), "k#1");
+  // The registration outlived its first runner (and that runner's key).
+  second_.Open();
+  second_caller_.join();
+  EXPECT_EQ(second_result_.value_or(""), "k#2");
+  EXPECT_EQ(cache_.GetIfPresent("k"), "k#2");
+}
+
+TEST_F(UncoalescedCoRunners, TheFirstStoresAfterTheSecondReturned) {
+  StartBoth();
+  second_.Open();
+  second_caller_.join();
+  EXPECT_EQ(cache_.GetIfPresent("k"), "k#2");
+  first_.Open();
+  first_caller_.join();
+  EXPECT_EQ(first_result_.value_or(""), "k#1");
+  EXPECT_EQ(cache_.GetIfPresent("k"), "k#1");
+  // Both left: the next miss of the key registers afresh and stores.
+  cache_.Invalidate("k");
+  EXPECT_EQ(*cache_.Get("k"), "k#3");
+  EXPECT_EQ(cache_.GetIfPresent("k"), "k#3");
+}
+
+TEST_F(UncoalescedCoRunners, AWriteSupersedesBoth) {
+  StartBoth();
+  cache_.Put("k", "put");
+  first_.Open();
+  second_.Open();
+  first_caller_.join();
+  second_caller_.join();
+  EXPECT_EQ(first_result_.value_or(""),
+            "k#1");  // Each caller gets its own load's value,
+  EXPECT_EQ(second_result_.value_or(""), "k#2");
+  EXPECT_EQ(cache_.GetIfPresent("k"), "put");  // but neither replaces the Put.
+}
+
 // -- Any Hash spreads keys over every shard.
 
 TEST(CacheRegression, IdentityHashedIntegerKeysSpreadOverTheShards) {

@@ -184,6 +184,26 @@ TEST(ExceptionSafety, AKeyComparisonThatThrowsWhileStoringWedgesNothing) {
   EXPECT_EQ(loads, 2);
 }
 
+TEST(ExceptionSafety, AnUncoalescedKeyComparisonThatThrowsWedgesNothing) {
+  // Its load registered without a flight, on the caller's stack: the
+  // registration must not outlive the call it could not be found by.
+  ManualClock clock;
+  int loads = 0;
+  Cache<std::string, std::string, NaiveJitter, absl::Hash<std::string>, FlakyEq>
+      cache(
+          [&](const std::string& k) -> absl::StatusOr<std::string> {
+            if (++loads == 1) fail_compares = true;  // Storing will throw.
+            return k;
+          },
+          TestOptions(&clock), NaiveJitter{.jitter = 0});
+  absl::StatusOr<std::string> first = cache.Get("k");
+  fail_compares = false;
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(*cache.Get("k"), "k");  // Registered afresh, and stored:
+  EXPECT_EQ(*cache.Get("k"), "k");  // a hit.
+  EXPECT_EQ(loads, 2);
+}
+
 class ThrowingListener : public Listener {
  public:
   void OnLoadStart(LoadKind) override { throw std::runtime_error("start"); }

@@ -1150,11 +1150,8 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
           }
           flight->Join();
         } else {
-          flight = shard.LiveFlight(key, hash, now,
-                                    std::numeric_limits<int64_t>::max());
-          if (flight != nullptr) {
-            flight->AddRunner();
-          } else {
+          flight = shard.JoinRunners(key, hash, now);
+          if (flight == nullptr) {
             flight = std::make_shared<Flight>(key, hash, now,
                                               Flight::State::kRunning);
             shard.Register(w, key, hash, flight);
@@ -1353,7 +1350,12 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     if (!pending_registered || pending.completed) return;
     {
       Writer w(shard);
-      shard.ForgetPending(w, &pending);
+      if constexpr (P::kCoalesceLoads) {
+        shard.ForgetPending(w, &pending);
+      } else {
+        shard.ForgetRunner(w, &pending);
+        return;  // Nobody waits for an uncoalesced load but its caller.
+      }
     }
     if (pending.flight != nullptr) {
       PublishTo(*pending.flight,
@@ -1411,16 +1413,20 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
             flight->Join();
           }
         } else {
-          // Every caller loads; concurrent loads of a key share a flight
-          // only to learn whether a write superseded them.
-          flight = shard.LiveFlight(key, hash, now,
-                                    std::numeric_limits<int64_t>::max());
-          if (flight != nullptr) {
-            flight->AddRunner();
+          // Every caller loads; concurrent loads of a key share a
+          // registration only to learn whether a write superseded them. A
+          // blocking loader's first runner registers pending, as above.
+          if (!async_loader_) {
+            pending.started_at = now;
+            flight = shard.JoinRunnersOrRegister(w, key, hash, now, &pending);
+            pending_registered = flight == nullptr;
           } else {
-            flight = std::make_shared<Flight>(key, hash, now,
-                                              Flight::State::kRunning);
-            shard.Register(w, key, hash, flight);
+            flight = shard.JoinRunners(key, hash, now);
+            if (flight == nullptr) {
+              flight = std::make_shared<Flight>(key, hash, now,
+                                                Flight::State::kRunning);
+              shard.Register(w, key, hash, flight);
+            }
           }
           lead = true;
         }
@@ -1486,29 +1492,46 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
         key, hash, *result, finished - started, finished, std::nullopt);
     Writer w(shard);
     // No Put, Invalidate or newer load superseded this one: store.
-    if (shard.IsRegistered(w, key, hash, nullptr, /*drop=*/true, &pending)) {
+    bool own;
+    if constexpr (P::kCoalesceLoads) {
+      own = shard.IsRegistered(w, key, hash, nullptr, /*drop=*/true, &pending);
+    } else {
+      own = shard.LeaveRunners(w, key, hash, &pending);
+    }
+    if (own) {
       evicted = shard.Store(w, shard.Find(hash, key, eq_), std::move(fresh),
                             finished);
     }
   } catch (...) {
     failure = StoreFailure();
     Writer w(shard);
-    shard.ForgetPending(w, &pending);  // Unless it went before the throw.
+    // Unless it went before the throw.
+    if constexpr (P::kCoalesceLoads) {
+      shard.ForgetPending(w, &pending);
+    } else {
+      shard.ForgetRunner(w, &pending);
+    }
   }
   recorder_.Evicted(evicted);
   // Unregistered: the flight, if anyone joined, is final.
   pending.completed = true;
-  Flight* const flight = pending.flight.get();
-  if (!failure.ok()) {
-    if (flight != nullptr) PublishTo(*flight, Outcome{failure});
-    return failure;
-  }
-  if (flight != nullptr) {
-    if (flight->joined() > 0) {
-      PublishTo(*flight, Outcome{result});
-    } else {
-      flight->Abandon();
+  if constexpr (P::kCoalesceLoads) {
+    Flight* const flight = pending.flight.get();
+    if (!failure.ok()) {
+      if (flight != nullptr) PublishTo(*flight, Outcome{failure});
+      return failure;
     }
+    if (flight != nullptr) {
+      if (flight->joined() > 0) {
+        PublishTo(*flight, Outcome{result});
+      } else {
+        flight->Abandon();
+      }
+    }
+  } else {
+    // A co-runner's flight is waited on by nobody: it stays running for
+    // the runners still sharing it.
+    if (!failure.ok()) return failure;
   }
   return result;
 }
@@ -1882,17 +1905,21 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   // threw before it was unregistered), nobody joins or waits for it again.
   // (An uncoalesced load's registration is shared with the key's other
   // loads and waited on by nobody: it is left alone.)
-  if constexpr (P::kCoalesceLoads) {
-    if (internal::PendingLoad<Flight>* pending = load.pending) {
-      if (!stored) {
-        // Still registered, perhaps: unregistered here, so that its flight
-        // (if anyone joined) is final and nobody joins it after this.
-        Shard& shard = ShardFor(load.hash);
-        Writer w(shard);
+  if (internal::PendingLoad<Flight>* pending = load.pending) {
+    if (!stored) {
+      // Still registered, perhaps: unregistered here, so that its flight
+      // (if anyone joined) is final and nobody joins it after this.
+      Shard& shard = ShardFor(load.hash);
+      Writer w(shard);
+      if constexpr (P::kCoalesceLoads) {
         shard.ForgetPending(w, pending);
+      } else {
+        shard.ForgetRunner(w, pending);
       }
-      pending->completed = true;
     }
+    pending->completed = true;
+  }
+  if constexpr (P::kCoalesceLoads) {
     if (Flight* flight = FlightOf(load); flight == nullptr) {
       // A pending load nobody joined: nothing to publish.
     } else if (!publish) {
@@ -1984,10 +2011,16 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
       // Store only if no Put, Invalidate or newer load superseded this one.
       // An uncoalesced load leaves the registration to the loads still
       // sharing it.
-      const bool last =
-          !P::kCoalesceLoads ? load.flight->RemoveRunner() == 0 : true;
-      const bool own = shard.IsRegistered(w, key, load.hash, load.flight.get(),
-                                          last, load.pending);
+      bool own;
+      if constexpr (P::kCoalesceLoads) {
+        own = shard.IsRegistered(w, key, load.hash, load.flight.get(),
+                                 /*drop=*/true, load.pending);
+      } else if (load.pending != nullptr) {
+        own = shard.LeaveRunners(w, key, load.hash, load.pending);
+      } else {
+        const bool last = load.flight->RemoveRunner() == 0;
+        own = shard.IsRegistered(w, key, load.hash, load.flight.get(), last);
+      }
       // Final: the flight can no longer be found, or is about to be done.
       const Flight* flight = FlightOf(load);
       joined = flight != nullptr && flight->joined() > 0;

@@ -31,13 +31,21 @@ namespace paddock::internal {
 // was most of what registering one cost. The first caller to join makes the
 // flight, under the shard's mutex. Lives on the leader's stack; the leader
 // sees it unregistered, under the mutex, before it returns.
+//
+// Uncoalesced loads (every caller loads) register the same way, only to
+// learn whether a write superseded them: the first runner pending, and a
+// second one hands the registration to a flight that counts them both.
 template <typename Flight>
 struct PendingLoad {
   int64_t started_at = 0;
-  // Made by the first joiner; final once the load is unregistered.
+  // Made by the first joiner (or co-runner), under the shard's mutex; final
+  // once the load is unregistered.
   std::shared_ptr<Flight> flight;
   // Set by the leader once its load completed (it is unregistered then).
   bool completed = false;
+  // An uncoalesced runner left the key's runners (under the mutex): it
+  // counts itself out once only.
+  bool left_runners = false;
 };
 
 // A registered load: its flight, which carries the key and its hash

@@ -25,6 +25,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -153,6 +154,77 @@ class alignas(64) Shard {
                      int64_t max_age) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const Registered* r = in_flight_.Find(key, hash);
     return r != nullptr && Live(*r, now, max_age);
+  }
+
+  // For uncoalesced loads, which share the key's registration only to learn
+  // whether a write superseded them: counts one more runner of the key's
+  // live registration and returns its flight (a pending runner's
+  // registration is first handed to a new flight that counts both), or
+  // returns nullptr if there is none. May throw (an allocation, a copy of the
+  // key), leaving the shard unchanged.
+  std::shared_ptr<Flight> JoinRunners(const K& key, size_t hash, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Registered* r = in_flight_.Find(key, hash);
+    if (r == nullptr || !Live(*r, now, kNoMaxAge)) return nullptr;
+    return RunnerFlight(*r, key, hash);
+  }
+
+  // JoinRunners, and if it finds no registration, registers `pending` in the
+  // same probe: returns the flight run beside, or nullptr (`pending` is
+  // registered; its runner calls LeaveRunners or ForgetRunner). May throw,
+  // leaving the shard unchanged.
+  std::shared_ptr<Flight> JoinRunnersOrRegister(Writer& w, const K& key,
+                                                size_t hash, int64_t now,
+                                                Pending* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto [r, inserted] = in_flight_.FindOrInsert(key, hash, [&] {
+      return Registered{&key, hash, nullptr, pending};
+    });
+    if (inserted) {
+      PrefetchEviction();
+      return nullptr;
+    }
+    if (Live(*r, now, kNoMaxAge)) return RunnerFlight(*r, key, hash);
+    assert(w.replaced_flight_ == nullptr);
+    w.replaced_flight_ = std::exchange(r->flight, nullptr);
+    r->pending = pending;
+    r->key = &key;
+    return nullptr;
+  }
+
+  // An uncoalesced runner registered as `pending` counts itself out: returns
+  // whether the key's registration is still the one it joined (no write
+  // superseded it), and unregisters it if this was its last runner. If the
+  // key comparison throws, the runner has not left (see ForgetRunner).
+  bool LeaveRunners(Writer& w, const K& key, size_t hash, Pending* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    assert(!pending->left_runners);
+    Registered* r = in_flight_.Find(key, hash);  // The one call that throws.
+    pending->left_runners = true;
+    const Flight* flight = pending->flight.get();
+    const bool last = flight == nullptr || pending->flight->RemoveRunner() == 0;
+    const bool own = r != nullptr &&
+                     (flight == nullptr
+                          ? r->pending == pending
+                          : r->pending == nullptr && r->flight.get() == flight);
+    if (own && last) Drop(w, r);
+    return own;
+  }
+
+  // LeaveRunners without comparing keys (for a runner whose key comparison
+  // threw), unless the runner left already: a scan of the set.
+  void ForgetRunner(Writer& w, Pending* pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (pending->left_runners) return;
+    pending->left_runners = true;
+    const Flight* flight = pending->flight.get();
+    if (flight == nullptr) return ForgetPending(w, pending);
+    if (pending->flight->RemoveRunner() != 0) return;
+    if (Registered* r = in_flight_.FindIf([&](const Registered& x) {
+          return x.pending == nullptr && x.flight.get() == flight;
+        })) {
+      Drop(w, r);
+    }
   }
 
   // Registers `flight` as the load of `key` (equal to `flight->key()`, which
@@ -292,6 +364,26 @@ class alignas(64) Shard {
                                            Flight::State::kRunning);
     }
     return p->flight;
+  }
+  // What uncoalesced runners pass as a maximum age: none.
+  static constexpr int64_t kNoMaxAge = std::numeric_limits<int64_t>::max();
+  // The flight the runners of registration `r` (of `key`) share, with one
+  // more runner counted; a pending runner's registration is handed to a new
+  // flight first (which then counts it too, and carries the key the
+  // registration refers to: the pending runner may leave first). May throw
+  // before anything changed (an allocation, a copy of the key).
+  static std::shared_ptr<Flight> RunnerFlight(Registered& r, const K& key,
+                                              size_t hash) {
+    if (Pending* p = r.pending) {
+      auto flight = std::make_shared<Flight>(key, hash, p->started_at,
+                                             Flight::State::kRunning);
+      p->flight = flight;
+      r.key = &flight->key();
+      r.flight = std::move(flight);
+      r.pending = nullptr;
+    }
+    r.flight->AddRunner();
+    return r.flight;
   }
   // Whether registration `r` still blocks its key at `now` (see LiveFlight).
   static bool Live(const Registered& r, int64_t now, int64_t max_age) {
