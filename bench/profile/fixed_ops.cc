@@ -9,8 +9,8 @@
 //
 //   paddock_fixed_ops <workload> <adapter> <ops>
 //     workload: hot | zipf | readwrite
-//     adapter:  paddock_SingleFlight | paddock_SoftTtl | mutex_unordered_map |
-//               sharded_mutex_flat_hash_map
+//     adapter:  paddock_SingleFlight | paddock_SoftTtl | paddock_NaiveJitter |
+//               mutex_unordered_map | sharded_mutex_flat_hash_map
 //
 // Same keys, cache sizes and adapters as paddock_micro (bench/micro), one
 // thread. Prints a checksum so that nothing is optimised away.
@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
     sum = Run<PaddockSingleFlight>(workload, ops);
   } else if (adapter == PaddockSoftTtl::kName) {
     sum = Run<PaddockSoftTtl>(workload, ops);
+  } else if (adapter == PaddockNaiveJitter::kName) {
+    sum = Run<PaddockNaiveJitter>(workload, ops);
   } else if (adapter == MutexUnorderedMap::kName) {
     sum = Run<MutexUnorderedMap>(workload, ops);
   } else if (adapter == ShardedMutexFlatHashMap::kName) {
