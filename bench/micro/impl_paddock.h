@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/base/attributes.h"
 #include "absl/status/statusor.h"
 #include "cache_adapter.h"
 #include "paddock/cache.h"
@@ -52,8 +53,13 @@ class PaddockCache {
                                 .max_entries = config.capacity,
                                 .clock = config.clock}) {}
 
-  // `value()` checks the status; the loader never fails here.
-  uint64_t Get(uint64_t key) { return cache_.Get(key).value(); }
+  // `value()` checks the status; the loader never fails here. Inlined, so
+  // that the loop sees `Cache::Get` as a caller's code does (its hit is
+  // inlined there): left to GCC, this shim stayed a call and Get's hit with
+  // it, 0.3-0.5 ns a hit.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE uint64_t Get(uint64_t key) {
+    return cache_.Get(key).value();
+  }
 
   void Put(uint64_t key, uint64_t value) { cache_.Put(key, value); }
 

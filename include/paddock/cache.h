@@ -166,8 +166,9 @@ class Cache {
   //
   // Thread-safe. Never holds an internal lock while the loader runs, nor
   // while a listener, a destructor of K or V, or a copy of V runs. A hit
-  // takes no lock and writes no memory another thread writes.
-  absl::StatusOr<V> Get(const K& key);
+  // takes no lock and writes no memory another thread writes. The hit is
+  // inlined into the caller; everything else is called out of line.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<V> Get(const K& key);
 
   // Cache::GetAsync()
   //
@@ -489,7 +490,9 @@ class Cache {
   static absl::StatusOr<V> ResultOf(const Answer& answer);
   // Counts what `answer` served; call without a lock.
   void Record(const Answer& answer, int64_t now);
-  absl::StatusOr<V> GetSlow(Shard& shard, const K& key, size_t hash);
+  // Out of line: Get's inlined hit calls it.
+  ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetSlow(Shard& shard, const K& key,
+                                                    size_t hash);
   // `counted`: a coalesced waiter (its timeout counts in the stats).
   absl::StatusOr<V> Wait(const std::shared_ptr<Flight>& flight, Shard& shard,
                          const K& key, size_t hash, bool counted = true);
