@@ -967,9 +967,9 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
   const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
-  // The hit path calls nothing but tail calls, so it needs no call frame or
-  // saved registers: what needs a call (a first record, another clock, a
-  // ticker to start) goes to GetUnprepared, which takes the same hit there.
+  // Inlined into the caller, the hit path calls nothing: what needs a call
+  // (a first record, another clock, a ticker to start) goes to
+  // GetUnprepared, which takes the same hit there.
   internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
   const int64_t now = system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
   if (record == nullptr || now == 0) [[unlikely]] {

@@ -134,20 +134,9 @@ class alignas(64) Shard {
                                                int64_t max_age,
                                                Pending* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto [r, inserted] = in_flight_.FindOrInsert(key, hash, [&] {
-      return Registered{&key, hash, nullptr, pending};
-    });
-    if (inserted) {
-      PrefetchEviction();
-      return nullptr;
-    }
-    if (Live(*r, now, max_age)) return FlightToJoin(*r, key, hash);
-    // Registered but no longer blocking the key: replaced, as Put does.
-    assert(w.replaced_flight_ == nullptr);
-    w.replaced_flight_ = std::exchange(r->flight, nullptr);
-    r->pending = pending;
-    r->key = &key;
-    return nullptr;
+    return RegisterUnlessLive(
+        w, key, hash, now, max_age, pending,
+        [&](Registered& r) { return FlightToJoin(r, key, hash); });
   }
   // Whether LiveFlight would return a flight; makes none.
   bool HasLiveFlight(const K& key, size_t hash, int64_t now,
@@ -177,19 +166,9 @@ class alignas(64) Shard {
                                                 size_t hash, int64_t now,
                                                 Pending* pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto [r, inserted] = in_flight_.FindOrInsert(key, hash, [&] {
-      return Registered{&key, hash, nullptr, pending};
-    });
-    if (inserted) {
-      PrefetchEviction();
-      return nullptr;
-    }
-    if (Live(*r, now, kNoMaxAge)) return RunnerFlight(*r, key, hash);
-    assert(w.replaced_flight_ == nullptr);
-    w.replaced_flight_ = std::exchange(r->flight, nullptr);
-    r->pending = pending;
-    r->key = &key;
-    return nullptr;
+    return RegisterUnlessLive(
+        w, key, hash, now, kNoMaxAge, pending,
+        [&](Registered& r) { return RunnerFlight(r, key, hash); });
   }
 
   // An uncoalesced runner registered as `pending` counts itself out: returns
@@ -364,6 +343,30 @@ class alignas(64) Shard {
                                            Flight::State::kRunning);
     }
     return p->flight;
+  }
+  // Registers `pending` for `key` in one probe of the in-flight set and
+  // returns nullptr, unless a live registration (see Live) is there: then
+  // returns `on_live(registration)`. A registration no longer live is
+  // replaced, as Put does. May throw, leaving the shard unchanged.
+  template <typename OnLive>
+  std::shared_ptr<Flight> RegisterUnlessLive(Writer& w, const K& key,
+                                             size_t hash, int64_t now,
+                                             int64_t max_age, Pending* pending,
+                                             const OnLive& on_live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto [r, inserted] = in_flight_.FindOrInsert(key, hash, [&] {
+      return Registered{&key, hash, nullptr, pending};
+    });
+    if (inserted) {
+      PrefetchEviction();
+      return nullptr;
+    }
+    if (Live(*r, now, max_age)) return on_live(*r);
+    assert(w.replaced_flight_ == nullptr);
+    w.replaced_flight_ = std::exchange(r->flight, nullptr);
+    r->pending = pending;
+    r->key = &key;
+    return nullptr;
   }
   // What uncoalesced runners pass as a maximum age: none.
   static constexpr int64_t kNoMaxAge = std::numeric_limits<int64_t>::max();
