@@ -199,9 +199,11 @@ TEST_F(AsioTest, AHitIsPostedNotCalledInline) {
 TEST_F(AsioTest, CompletesOnTheHandlersStrandNotOnTheLoadersThread) {
   options_.executor = nullptr;
   gated_ = true;
-  StringCache cache(Loader(), options_);
+  // The context first, so the cache goes first: the last copy of a strand
+  // can be released on the cache's thread just after run() returned.
   asio::io_context io(2);
   auto strand = asio::make_strand(io);
+  StringCache cache(Loader(), options_);
   std::atomic<int> on_strand{0};
   std::atomic<int> on_loader_thread{0};
   std::atomic<int> done{0};

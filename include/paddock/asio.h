@@ -82,9 +82,11 @@ namespace paddock {
 // waits when it is destroyed: destroy the cache before the execution context
 // its waiters use (declare the `io_context` first), or destroy that context
 // only once its `run()` has returned, which it does not while a waiter is
-// pending. If starting the lookup throws (`Hash`, `Eq` or a copy of K or V),
-// the handler completes with `absl::InternalError` carrying the exception's
-// `what()`.
+// pending. With a strand (or another executor whose copies share state),
+// only the first holds: the cache's thread may release the last copy of a
+// waiter's executor just after `run()` returned. If starting the lookup throws
+// (`Hash`, `Eq` or a copy of K or V), the handler completes with
+// `absl::InternalError` carrying the exception's `what()`.
 //
 // Thread-safe as `GetAsync` is. Costs one allocation for the operation's
 // state plus the post, on a hit too; `Cache::GetAsync` or `Cache::Await`
