@@ -242,6 +242,38 @@ TEST_F(AsioTest, CompletesOnTheHandlersStrandNotOnTheLoadersThread) {
   EXPECT_EQ(loads_, 1);
 }
 
+TEST_F(AsioTest, AStrandsContextMayGoOnceRunReturnedWhileTheCacheLivesOn) {
+  // The cache outlives the context. The load's thread delivers both waiters
+  // of the key and only then lets go of them, and the second holds it until
+  // the context is destroyed: whatever the first, a strand's waiter, kept of
+  // its executor past its completion is released after the context is gone
+  // (a strand's last copy locks the context's strand service: a
+  // heap-use-after-free under ASan).
+  options_.executor = nullptr;
+  gated_ = true;
+  StringCache cache(Loader(), options_);
+  auto io = std::make_unique<asio::io_context>();
+  std::atomic<bool> first_called{false};
+  {
+    auto strand = asio::make_strand(*io);
+    AsyncGet(cache, "k", asio::bind_executor(strand, [&first_called](Result v) {
+               EXPECT_EQ(*v, "k#1");
+               first_called = true;
+             }));
+  }
+  Gate context_gone;
+  cache.GetAsync("k", [&context_gone](Result v) {
+    EXPECT_EQ(*v, "k#1");
+    EXPECT_TRUE(context_gone.Wait());
+  });
+  release_.Open();
+  io->run();  // Returns once the strand's waiter has run.
+  EXPECT_TRUE(first_called);
+  io.reset();
+  context_gone.Open();
+  EXPECT_EQ(loads_, 1);
+}  // The cache's destructor waits for its load's thread.
+
 TEST_F(AsioTest, APendingWaiterKeepsTheIoContextRunning) {
   options_.executor = nullptr;
   gated_ = true;

@@ -23,12 +23,16 @@
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/execution/executor.hpp>
+#include <asio/execution/outstanding_work.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
+#include <asio/prefer.hpp>
 #include <asio/version.hpp>
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -82,9 +86,9 @@ namespace paddock {
 // waits when it is destroyed: destroy the cache before the execution context
 // its waiters use (declare the `io_context` first), or destroy that context
 // only once its `run()` has returned, which it does not while a waiter is
-// pending. With a strand (or another executor whose copies share state),
-// only the first holds: the cache's thread may release the last copy of a
-// waiter's executor just after `run()` returned. If starting the lookup throws
+// pending. Either holds for strands too: the operation lets go of every copy
+// of the handler's executor before its work, so no copy outlives a `run()`
+// that returned. If starting the lookup throws
 // (`Hash`, `Eq` or a copy of K or V), the handler completes with
 // `absl::InternalError` carrying the exception's `what()`.
 //
@@ -101,6 +105,50 @@ auto AsyncGet(Cache<K, V, P, H, E>& cache, const std::type_identity_t<K>& key,
 
 namespace asio_internal {
 
+// Outstanding work on an executor, held through a copy of it that `Release`
+// gives up together with the work: the copy's destructor runs while the work
+// still keeps the executor's context from running out of it. That order
+// matters for executors whose copies share state with the context: the last
+// copy of a strand locks the context's strand service as it goes, so a copy
+// that outlived the work (as `executor_work_guard` keeps one after `reset()`)
+// could be destroyed after `run()` returned and its owner destroyed the
+// context. A standard executor holds the work as a tracked copy
+// (`outstanding_work.tracked`), whose destructor releases its share of the
+// state before the work; a Networking TS executor (`on_work_started`) through
+// `executor_work_guard`, whose copy has nothing to release (asio's own, such
+// as `io_context::strand`, point into the context without owning).
+template <typename Executor,
+          bool kStandard = asio::execution::is_executor<Executor>::value>
+class WorkOn {
+ public:
+  explicit WorkOn(const Executor& ex)
+      : tracked_(std::in_place,
+                 asio::prefer(ex, asio::execution::outstanding_work.tracked)) {}
+
+  // An executor that posts to `ex`; valid until Release.
+  const auto& executor() const { return *tracked_; }
+  // Gives up the copy and the work; touches neither again.
+  void Release() { tracked_.reset(); }
+
+ private:
+  std::optional<std::decay_t<decltype(asio::prefer(
+      std::declval<const Executor&>(),
+      asio::execution::outstanding_work.tracked))>>
+      tracked_;
+};
+
+template <typename Executor>
+class WorkOn<Executor, false> {
+ public:
+  explicit WorkOn(const Executor& ex) : guard_(std::in_place, ex) {}
+
+  Executor executor() const { return guard_->get_executor(); }
+  void Release() { guard_.reset(); }
+
+ private:
+  std::optional<asio::executor_work_guard<Executor>> guard_;
+};
+
 // One AsyncGet in progress: its handler, and the work it holds on the
 // handler's executor. Shared by the cache's callback and the cancellation
 // slot; whichever calls `Complete` first posts the handler, exactly once,
@@ -111,8 +159,8 @@ class AsyncGetOp {
   using Executor = asio::associated_executor_t<Handler>;
 
   explicit AsyncGetOp(Handler handler)
-      : handler_(std::move(handler)),
-        work_(asio::get_associated_executor(handler_)) {}
+      : handler_(std::in_place, std::move(handler)),
+        work_(asio::get_associated_executor(*handler_)) {}
 
   AsyncGetOp(const AsyncGetOp&) = delete;
   AsyncGetOp& operator=(const AsyncGetOp&) = delete;
@@ -121,7 +169,7 @@ class AsyncGetOp {
   // `Complete`. Call before the op is shared: the slot is the handler's
   // executor's business, and this is still its initiation.
   static void ConnectCancellation(const std::shared_ptr<AsyncGetOp>& op) {
-    auto slot = asio::get_associated_cancellation_slot(op->handler_);
+    auto slot = asio::get_associated_cancellation_slot(*op->handler_);
     if (slot.is_connected()) slot.template emplace<OnCancel>(op);
   }
 
@@ -129,12 +177,15 @@ class AsyncGetOp {
   // Thread-safe; from any thread.
   void Complete(absl::StatusOr<V> result) {
     if (completed_.exchange(true, std::memory_order_acq_rel)) return;
-    asio::post(work_.get_executor(),
-               Upcall{std::move(handler_), work_, std::move(result)});
+    asio::post(work_.executor(),
+               Upcall{std::move(*handler_), work_, std::move(result)});
+    handler_.reset();
     // Only now, with this thread out of the post: until then the executor's
     // context cannot run out of work, so its owner cannot see `run()`
-    // return and destroy it while the post still signals it.
-    work_.reset();
+    // return and destroy it while the post still signals it. The op keeps
+    // no copy of the executor past this (see WorkOn): the cache may hold
+    // the op for a while yet, on its own thread.
+    work_.Release();
   }
 
  private:
@@ -170,12 +221,12 @@ class AsyncGetOp {
     }
 
     Handler handler;
-    asio::executor_work_guard<Executor> work;  // Until the upcall is done.
+    WorkOn<Executor> work;  // Until the upcall is done, on the executor.
     absl::StatusOr<V> result;
   };
 
-  Handler handler_;
-  asio::executor_work_guard<Executor> work_;
+  std::optional<Handler> handler_;  // Until moved into the upcall.
+  WorkOn<Executor> work_;
   std::atomic<bool> completed_{false};
 };
 
