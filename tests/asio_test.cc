@@ -247,8 +247,8 @@ TEST_F(AsioTest, AStrandsContextMayGoOnceRunReturnedWhileTheCacheLivesOn) {
   // of the key and only then lets go of them, and the second holds it until
   // the context is destroyed: whatever the first, a strand's waiter, kept of
   // its executor past its completion is released after the context is gone
-  // (a strand's last copy locks the context's strand service: a
-  // heap-use-after-free under ASan).
+  // (a strand's last copy locks the context's strand service, destroyed by
+  // then: UBSan and ASan report it).
   options_.executor = nullptr;
   gated_ = true;
   StringCache cache(Loader(), options_);
