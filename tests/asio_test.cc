@@ -11,8 +11,10 @@
 #include <asio/cancellation_type.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/execution/executor.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/io_context.hpp>
+#include <asio/io_context_strand.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
@@ -273,6 +275,26 @@ TEST_F(AsioTest, AStrandsContextMayGoOnceRunReturnedWhileTheCacheLivesOn) {
   context_gone.Open();
   EXPECT_EQ(loads_, 1);
 }  // The cache's destructor waits for its load's thread.
+
+TEST_F(AsioTest, ANetworkingTsStrandHoldsWorkAndRunsTheHandler) {
+  // io_context::strand is a Networking TS executor (on_work_started), not a
+  // standard one: the operation holds its work through executor_work_guard.
+  static_assert(!asio::execution::is_executor<asio::io_context::strand>::value);
+  options_.executor = nullptr;
+  gated_ = true;
+  StringCache cache(Loader(), options_);
+  asio::io_context io;
+  asio::io_context::strand strand(io);
+  std::atomic<bool> on_strand{false};
+  AsyncGet(cache, "k", asio::bind_executor(strand, [&](Result v) {
+             EXPECT_EQ(*v, "k#1");
+             on_strand = strand.running_in_this_thread();
+           }));
+  std::thread opener([this] { release_.Open(); });
+  io.run();  // Returns only once the handler ran: it held work until then.
+  opener.join();
+  EXPECT_TRUE(on_strand);
+}
 
 TEST_F(AsioTest, APendingWaiterKeepsTheIoContextRunning) {
   options_.executor = nullptr;
