@@ -201,11 +201,11 @@ TEST_F(AsioTest, AHitIsPostedNotCalledInline) {
 TEST_F(AsioTest, CompletesOnTheHandlersStrandNotOnTheLoadersThread) {
   options_.executor = nullptr;
   gated_ = true;
-  // The context first, so the cache goes first: the last copy of a strand
-  // can be released on the cache's thread just after run() returned.
+  // The cache first, so the context goes first, just after run() returned
+  // while the cache's thread may still hold the waiters (see the next test).
+  StringCache cache(Loader(), options_);
   asio::io_context io(2);
   auto strand = asio::make_strand(io);
-  StringCache cache(Loader(), options_);
   std::atomic<int> on_strand{0};
   std::atomic<int> on_loader_thread{0};
   std::atomic<int> done{0};
