@@ -28,13 +28,18 @@ LeaseKeeper::~LeaseKeeper() {
 
 void LeaseKeeper::Hold(std::string key, std::string token,
                        absl::Duration hold_for) {
-  if (hold_for <= absl::ZeroDuration()) return;
+  // The grant's own period covers a shorter hold; extending it then could
+  // only shorten it (a period ending at hold_until, before the grant's).
+  if (hold_for <= lease_for_) return;
   const absl::Time now = MonotonicNow();
   absl::MutexLock lock(&mu_);
   held_.insert_or_assign(std::move(token),
                          Held{.key = std::move(key),
                               .hold_until = now + hold_for,
-                              .next_extend = now + lease_for_ / 2});
+                              .next_extend = now + lease_for_ / 2,
+                              // Granted before now, for lease_for_.
+                              .expires_by = now + lease_for_,
+                              .covered_until = absl::InfinitePast()});
   changed_.SignalAll();
 }
 
@@ -58,6 +63,7 @@ void LeaseKeeper::Run() {
     std::string token;
     std::string key;
     absl::Duration period;
+    absl::Time sent;
   };
   mu_.Lock();
   while (!stopping_) {
@@ -72,11 +78,17 @@ void LeaseKeeper::Run() {
         held_.erase(it++);
         continue;
       }
-      if (held.next_extend <= now) {
-        due.push_back(
-            Due{.token = it->first,
-                .key = held.key,
-                .period = std::min(lease_for_, held.hold_until - now)});
+      if (held.next_extend <= now && held.covered_until >= held.hold_until) {
+        held.next_extend = held.hold_until;  // It lasts that long already.
+      } else if (held.next_extend <= now) {
+        // Up to hold_until, at most a period ahead, and never earlier than
+        // the lease may expire already.
+        const absl::Duration period = std::max(
+            std::min(lease_for_, held.hold_until - now), held.expires_by - now);
+        due.push_back(Due{.token = it->first,
+                          .key = held.key,
+                          .period = period,
+                          .sent = now});
         held.next_extend = now + lease_for_ / 2;
       }
       wake = std::min(wake, held.next_extend);
@@ -88,22 +100,32 @@ void LeaseKeeper::Run() {
     }
 
     // Extend without the lock: Hold and Forget go on meanwhile.
-    std::vector<std::pair<std::string, absl::StatusOr<bool>>> results;
+    struct Result {
+      const Due* due;
+      absl::StatusOr<bool> extended;
+      absl::Time answered;
+    };
+    std::vector<Result> results;
     results.reserve(due.size());
     mu_.Unlock();
-    for (Due& d : due) {
-      absl::StatusOr<bool> result = extend_(d.key, d.token, d.period);
-      results.emplace_back(std::move(d.token), std::move(result));
+    for (const Due& d : due) {
+      absl::StatusOr<bool> extended = extend_(d.key, d.token, d.period);
+      results.push_back({&d, std::move(extended), MonotonicNow()});
     }
     mu_.Lock();
-    for (auto& [token, result] : results) {
-      auto it = held_.find(token);
+    for (Result& r : results) {
+      auto it = held_.find(r.due->token);
       if (it == held_.end()) continue;  // Forgotten meanwhile.
-      if (!result.ok()) {
+      Held& held = it->second;
+      if (!r.extended.ok()) {
         // Redis did not answer: try again soon, the lease may still be ours.
-        it->second.next_extend = MonotonicNow() + lease_for_ / 8;
-      } else if (*result) {
+        // Whether it was extended is unknown: it may expire as late as that.
+        held.expires_by = std::max(held.expires_by, r.answered + r.due->period);
+        held.next_extend = MonotonicNow() + lease_for_ / 8;
+      } else if (*r.extended) {
         ++extensions_;
+        held.expires_by = r.answered + r.due->period;
+        held.covered_until = r.due->sent + r.due->period;
       } else {
         held_.erase(it);  // Lost: nothing left to keep.
       }

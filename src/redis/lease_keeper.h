@@ -41,7 +41,9 @@ class LeaseKeeper {
   // LeaseKeeper::Hold()
   //
   // Keeps the lease `token` of `key`, granted just now, alive for
-  // `hold_for` from now (nothing if `hold_for` <= 0). Thread-safe.
+  // `hold_for` from now: nothing to do if `hold_for` is at most the lease
+  // period, which the grant covers already. Extensions never move the
+  // lease's expiry earlier than it was. Thread-safe.
   void Hold(std::string key, std::string token, absl::Duration hold_for)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -56,10 +58,16 @@ class LeaseKeeper {
   uint64_t extensions() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Times on MonotonicNow()'s clock. Redis's expiry of the lease is known
+  // only within a round trip: no later than `expires_by` (the last answer's
+  // arrival plus its period), no earlier than `covered_until` (the last
+  // request's sending plus its period).
   struct Held {
     std::string key;
-    absl::Time hold_until;  // MonotonicNow()'s clock.
+    absl::Time hold_until;
     absl::Time next_extend;
+    absl::Time expires_by;
+    absl::Time covered_until;
   };
 
   void Run() ABSL_LOCKS_EXCLUDED(mu_);

@@ -242,6 +242,52 @@ TEST(LeaseKeeperTest, StopsAtHoldForAndNeverExtendsPastIt) {
   }
 }
 
+// The grant lasts a period already: a shorter hold is left alone, since an
+// extension ending at hold_until would cut the lease short.
+TEST(LeaseKeeperTest, AHoldWithinThePeriodIsNotExtended) {
+  FakeLeases fake;
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  keeper.Hold("k", "t", absl::Milliseconds(30));
+  keeper.Hold("k", "t", absl::Milliseconds(40));
+  EXPECT_EQ(keeper.size(), 0u);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(fake.calls(), 0u);
+}
+
+// Every extension reaches at least as far as the lease may already last: the
+// grant's period first, then each extension's.
+TEST(LeaseKeeperTest, AnExtensionNeverEndsBeforeTheLeaseMayExpire) {
+  struct Sent {
+    absl::Time at;
+    absl::Duration period;
+  };
+  std::mutex mu;
+  std::vector<Sent> sent;
+  const absl::Duration lease_for = absl::Milliseconds(40);
+  LeaseKeeper keeper(lease_for, [&](const std::string&, const std::string&,
+                                    absl::Duration period) {
+    std::lock_guard<std::mutex> lock(mu);
+    sent.push_back({MonotonicNow(), period});
+    return absl::StatusOr<bool>(true);
+  });
+  const absl::Time held_at = MonotonicNow();
+  // Past a period by less than half of one: the last extension's period is
+  // what is left of the hold, shorter than the period, but not shorter than
+  // what the previous extension granted.
+  keeper.Hold("k", "t", absl::Milliseconds(110));
+  ASSERT_TRUE(Eventually([&] { return keeper.size() == 0; }));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GE(sent.size(), 1u);
+  // Redis's expiry after each answer, as late as it may be (each answer
+  // arrives after its request was sent).
+  absl::Time expiry = held_at + lease_for;
+  for (const Sent& s : sent) {
+    EXPECT_GE(s.at + s.period, expiry) << s.period;
+    EXPECT_LE(s.period, lease_for);
+    expiry = std::max(expiry, s.at + s.period);
+  }
+}
+
 TEST(LeaseKeeperTest, DropsALostLease) {
   FakeLeases fake;
   fake.answer = false;
