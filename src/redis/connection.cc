@@ -1,4 +1,4 @@
-// RedisConnection: hiredis's blocking API with a deadline per round trip.
+// RedisConnection: hiredis's blocking API with a deadline per call.
 
 #include "redis/connection.h"
 
@@ -136,7 +136,8 @@ RedisConnection::RedisConnection(const RedisAddress& address,
 RedisConnection::~RedisConnection() { redisFree(context_); }
 
 absl::Status RedisConnection::SetTimeout(absl::Time deadline) {
-  const absl::Duration remaining = deadline - MonotonicNow();
+  const absl::Time now = MonotonicNow();
+  const absl::Duration remaining = deadline - now;
   if (remaining <= absl::ZeroDuration()) {
     return absl::DeadlineExceededError(
         absl::StrCat(Prefix(address_), "I/O timeout before the call"));
@@ -144,6 +145,7 @@ absl::Status RedisConnection::SetTimeout(absl::Time deadline) {
   if (redisSetTimeout(context_, SocketTimeout(remaining)) != REDIS_OK) {
     return Fail(errno, "setting the socket timeout");
   }
+  armed_at_ = now;
   return absl::OkStatus();
 }
 
@@ -177,16 +179,26 @@ absl::StatusOr<RedisReplyPtr> RedisConnection::Command(
   }
   if (absl::Status s = SetTimeout(deadline); !s.ok()) return s;
   Argv argv(args);
-  void* reply = nullptr;
-  int saved_errno = 0;
-  {
-    ScopedSigpipeBlock no_sigpipe;
-    reply = redisCommandArgv(context_, argv.count(), argv.pointers.data(),
-                             argv.lengths.data());
-    saved_errno = errno;
+  if (redisAppendCommandArgv(context_, argv.count(), argv.pointers.data(),
+                             argv.lengths.data()) != REDIS_OK) {
+    return Fail(errno, "formatting a command");
   }
-  if (reply == nullptr) return Fail(saved_errno, "command failed");
-  return RedisReplyPtr(static_cast<redisReply*>(reply));
+  ScopedSigpipeBlock no_sigpipe;
+  if (absl::Status s = Flush(deadline); !s.ok()) return s;
+  // What redisGetReply does, with the timeout re-armed between reads.
+  for (;;) {
+    void* reply = nullptr;
+    if (redisGetReplyFromReader(context_, &reply) != REDIS_OK) {
+      return Fail(errno, "bad reply");
+    }
+    if (reply != nullptr) {
+      return RedisReplyPtr(static_cast<redisReply*>(reply));
+    }
+    if (absl::Status s = Rearm(deadline); !s.ok()) return s;
+    if (redisBufferRead(context_) != REDIS_OK) {
+      return Fail(errno, "command failed");
+    }
+  }
 }
 
 absl::Status RedisConnection::Write(absl::Span<const std::string_view> args,
@@ -202,13 +214,32 @@ absl::Status RedisConnection::Write(absl::Span<const std::string_view> args,
     return Fail(errno, "formatting a command");
   }
   ScopedSigpipeBlock no_sigpipe;
-  int done = 0;
-  while (done == 0) {
+  return Flush(deadline);
+}
+
+absl::Status RedisConnection::Flush(absl::Time deadline) {
+  for (;;) {
+    int done = 0;
     if (redisBufferWrite(context_, &done) != REDIS_OK) {
       return Fail(errno, "write failed");
     }
+    if (done != 0) return absl::OkStatus();
+    // A partial write (the socket's buffer filled), or EINTR.
+    if (absl::Status s = Rearm(deadline); !s.ok()) return s;
   }
-  return absl::OkStatus();
+}
+
+absl::Status RedisConnection::Rearm(absl::Time deadline) {
+  const absl::Time now = MonotonicNow();
+  if (now >= deadline) {
+    broken_ = true;  // A command is half sent, or its reply half read.
+    return absl::DeadlineExceededError(
+        absl::StrCat(Prefix(address_), "no reply within the I/O timeout"));
+  }
+  if (now - armed_at_ < kRearmAfter) return absl::OkStatus();
+  absl::Status s = SetTimeout(deadline);
+  if (!s.ok()) broken_ = true;
+  return s;
 }
 
 absl::Status RedisConnection::ReadAvailable() {

@@ -77,7 +77,18 @@ class RedisConnection {
  private:
   RedisConnection(const RedisAddress& address, redisContext* context);
 
+  // Arms the socket timeouts (SO_RCVTIMEO, SO_SNDTIMEO) to what is left
+  // before `deadline`; DeadlineExceeded if nothing is.
   absl::Status SetTimeout(absl::Time deadline);
+  // Between two reads or writes of one call: DeadlineExceeded (and broken)
+  // once `deadline` passed, else re-arms the timeouts if kRearmAfter passed
+  // since they were armed. A socket timeout bounds one read(2) or write(2),
+  // and hiredis retries after a partial write or EINTR with the whole
+  // timeout again, so without this a call could take twice its deadline or
+  // more; with it, a call ends at most kRearmAfter past its deadline.
+  absl::Status Rearm(absl::Time deadline);
+  // Writes the output buffer, within `deadline`.
+  absl::Status Flush(absl::Time deadline);
   // Marks the connection broken and returns the status for its error.
   absl::Status Fail(int saved_errno, std::string_view during);
 
@@ -85,6 +96,9 @@ class RedisConnection {
   redisContext* const context_;
   bool broken_ = false;
   uint64_t generation_ = 0;
+  // When SetTimeout last armed the socket timeouts.
+  absl::Time armed_at_ = absl::InfinitePast();
+  static constexpr absl::Duration kRearmAfter = absl::Milliseconds(1);
 };
 
 // The status for a Redis error reply (type REDIS_REPLY_ERROR):

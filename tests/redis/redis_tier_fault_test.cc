@@ -168,6 +168,29 @@ TEST_F(RedisTierFaultTest,
   EXPECT_TRUE(tier->Put("k", ValueFill("v"), 0).ok());
 }
 
+// io_timeout bounds a call, not each read(2) or write(2): a command larger
+// than the socket's buffer is written in parts, and a socket timeout per
+// part would let a hung server hold the caller for twice its timeout.
+TEST_F(RedisTierFaultTest, ALargePutToAHungServerFailsWithinIoTimeout) {
+  RedisOptions options = Options();
+  options.io_timeout = absl::Seconds(1);
+  options.breaker_failures = 100;  // The breaker stays out of it.
+  std::shared_ptr<RedisTier> tier = Connect(options);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(server_->Pause().ok());
+  // 512 KiB: under max_value_bytes (1 MiB), over a unix socket's buffer.
+  const absl::Time start = absl::Now();
+  const absl::Status put =
+      tier->Put("big", ValueFill(std::string(512 << 10, 'x')), 0);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(put.code(), absl::StatusCode::kDeadlineExceeded) << put;
+  // Twice io_timeout before the deadline covered the whole call.
+  EXPECT_LT(took, options.io_timeout + absl::Milliseconds(500));
+  ASSERT_TRUE(server_->Resume().ok());
+  EXPECT_TRUE(RecoversWithin(*tier, absl::Seconds(10)));
+  EXPECT_TRUE(tier->Put("big", ValueFill(std::string(512 << 10, 'x')), 0).ok());
+}
+
 TEST_F(RedisTierFaultTest, ConcurrentCallersAllFailInTimeWhileRedisHangs) {
   RedisOptions options = Options();
   options.pool_size = 2;  // Fewer connections than callers.
