@@ -139,6 +139,21 @@ void ChangeFeed::Run() {
     losses_.fetch_add(1, std::memory_order_relaxed);
     log_->SetConnected(false);
   };
+  // Handles every reply hiredis holds already; false if the connection is
+  // unusable.
+  const auto handle_buffered = [&] {
+    for (;;) {
+      absl::StatusOr<RedisReplyPtr> reply = connection_->NextReply();
+      if (!reply.ok()) return false;
+      if (*reply == nullptr) return true;  // Nothing more buffered.
+      bool pong = false;
+      if (!Handle(**reply, &pong)) return false;
+      if (pong) {
+        pong_due.reset();
+        next_ping = MonotonicNow() + config_.health_check_interval;
+      }
+    }
+  };
 
   while (!stopping_.load(std::memory_order_acquire)) {
     if (connection_ == nullptr) {
@@ -158,6 +173,12 @@ void ChangeFeed::Run() {
       continue;
     }
 
+    // poll() sees only the socket: what one read took in beyond the reply
+    // it was for (the SUBSCRIBE confirmation's, say) is handled first.
+    if (!handle_buffered()) {
+      lose();
+      continue;
+    }
     const absl::Time wake_at = pong_due.value_or(next_ping);
     pollfd fds[2] = {
         {.fd = connection_->fd(), .events = POLLIN, .revents = 0},
@@ -171,27 +192,10 @@ void ChangeFeed::Run() {
     if (fds[1].revents != 0) DrainWakeFd();
     if (stopping_.load(std::memory_order_acquire)) break;
 
-    if (fds[0].revents != 0) {
-      bool ok = connection_->ReadAvailable().ok();
-      while (ok) {
-        absl::StatusOr<RedisReplyPtr> reply = connection_->NextReply();
-        if (!reply.ok()) {
-          ok = false;
-        } else if (*reply == nullptr) {
-          break;  // Nothing more buffered.
-        } else {
-          bool pong = false;
-          ok = Handle(**reply, &pong);
-          if (pong) {
-            pong_due.reset();
-            next_ping = MonotonicNow() + config_.health_check_interval;
-          }
-        }
-      }
-      if (!ok) {
-        lose();
-        continue;
-      }
+    if (fds[0].revents != 0 &&
+        (!connection_->ReadAvailable().ok() || !handle_buffered())) {
+      lose();
+      continue;
     }
 
     const absl::Time now = MonotonicNow();

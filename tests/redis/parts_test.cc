@@ -1,6 +1,12 @@
 // The Redis tier's moving parts without a server: the circuit breaker (on a
 // ManualClock), the change log behind AwaitChange, the lease keeper (with a
-// fake Redis), and the subscriber hub.
+// fake Redis), the change feed (with a fake subscribed Redis) and the
+// subscriber hub.
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <functional>
@@ -14,16 +20,20 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/clock.h"
 #include "paddock/shared_tier.h"
+#include "redis/address.h"
+#include "redis/change_feed.h"
 #include "redis/change_log.h"
 #include "redis/circuit_breaker.h"
 #include "redis/connection.h"
 #include "redis/lease_keeper.h"
+#include "redis/protocol.h"
 #include "redis/subscriber_hub.h"
 
 namespace paddock::internal {
@@ -312,6 +322,87 @@ TEST(LeaseKeeperTest, HoldsNothingForAZeroHold) {
   LeaseKeeper keeper(absl::Milliseconds(20), fake.Extend());
   keeper.Hold("k", "t", absl::ZeroDuration());
   EXPECT_EQ(keeper.size(), 0u);
+}
+
+// ---- ChangeFeed -------------------------------------------------------------
+
+// A message that reached the feed in the same read as the SUBSCRIBE
+// confirmation sits in hiredis's buffer, where poll() does not see it: it is
+// delivered at once, not with the next pong (a health check later, or
+// never if that ping goes unanswered).
+TEST(ChangeFeedTest,
+     AMessageReadWithTheSubscribeConfirmationIsDeliveredAtOnce) {
+  char dir[] = "/tmp/paddock-feed-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/fake.sock";
+  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  ASSERT_EQ(listen(listener, 4), 0);
+
+  // A fake subscribed Redis: the confirmation and a message in one write,
+  // then a pong for every ping.
+  std::atomic<bool> done{false};
+  std::thread fake([&] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    char buf[4096];
+    if (read(c, buf, sizeof(buf)) > 0) {
+      const std::string payload =
+          EncodeChangeMessage(ChangeKind::kInvalidate, /*origin=*/1, "k");
+      const std::string both =
+          absl::StrCat("*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n",
+                       "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$", payload.size(),
+                       "\r\n", payload, "\r\n");
+      EXPECT_EQ(write(c, both.data(), both.size()),
+                static_cast<ssize_t>(both.size()));
+    }
+    while (!done.load()) {
+      pollfd p = {.fd = c, .events = POLLIN, .revents = 0};
+      if (poll(&p, 1, 20) != 1) continue;
+      if (read(c, buf, sizeof(buf)) <= 0) break;
+      const std::string pong = "*2\r\n$4\r\npong\r\n$0\r\n\r\n";
+      if (write(c, pong.data(), pong.size()) < 0) break;
+    }
+    close(c);
+  });
+
+  struct Keys : SharedTier::Subscriber {
+    std::atomic<int> invalidated{0};
+    void OnInvalidate(std::string_view key) override {
+      EXPECT_EQ(key, "k");
+      ++invalidated;
+    }
+    void OnMissedInvalidations() override {}
+  } subscriber;
+  ChangeLog log;
+  auto hub = std::make_shared<SubscriberHub>();
+  std::unique_ptr<SharedTier::Subscription> subscription =
+      hub->Subscribe(&subscriber);
+  {
+    absl::StatusOr<RedisAddress> address = ParseRedisAddress("unix:" + path);
+    ASSERT_TRUE(address.ok()) << address.status();
+    // Health checks far apart: a delivery with the next pong would come a
+    // minute later.
+    ChangeFeed feed({.address = *address,
+                     .channel = "ch",
+                     .connect_timeout = absl::Seconds(10),
+                     .io_timeout = absl::Seconds(10),
+                     .health_check_interval = absl::Seconds(60)},
+                    &log, hub);
+    ASSERT_TRUE(feed.Start().ok());
+    EXPECT_TRUE(Eventually([&] { return subscriber.invalidated.load() > 0; }));
+    EXPECT_EQ(feed.losses(), 0u);
+    done.store(true);
+  }
+  fake.join();
+  close(listener);
+  unlink(path.c_str());
+  rmdir(dir);
 }
 
 // ---- SubscriberHub ----------------------------------------------------------
