@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,6 +24,7 @@
 #include "paddock/cache.h"
 #include "paddock/clock.h"
 #include "paddock/executor.h"
+#include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/mutex.h"
 #include "paddock/listener.h"
@@ -239,6 +241,95 @@ TEST(CacheRegression, ARefreshDecidedOnAReplacedEntryIsNotStarted) {
   EXPECT_EQ(executor.RunAll(), 0u);
   EXPECT_EQ(*cache.GetIfPresent("k"), "put");  // Not overwritten by a load.
   EXPECT_EQ(loads.load(), 1);
+}
+
+// Counts destructions of keys made while the thread held a paddock mutex.
+std::atomic<int> keys_destroyed_under_lock{0};
+
+struct WatchedKey {
+  explicit WatchedKey(std::string v) : s(std::move(v)) {}
+  WatchedKey(const WatchedKey&) = default;
+  WatchedKey& operator=(const WatchedKey&) = default;
+  ~WatchedKey() {
+    if (internal::LocksHeld() != 0) keys_destroyed_under_lock.fetch_add(1);
+  }
+  bool operator==(const WatchedKey& o) const { return s == o.s; }
+  template <typename H>
+  friend H AbslHashValue(H h, const WatchedKey& k) {
+    return H::combine(std::move(h), k.s);
+  }
+  std::string s;
+};
+
+// SoftTtl, except that while `loads` is above 0 a decision says "load".
+struct LoadsWhenTold {
+  static constexpr bool kCoalesceLoads = true;
+  std::shared_ptr<std::atomic<int>> loads =
+      std::make_shared<std::atomic<int>>(0);
+
+  Lifetime OnStore(absl::Duration ttl, absl::Duration d, Random& r) const {
+    return SoftTtl{}.OnStore(ttl, d, r);
+  }
+  Decision Decide(const EntryState& s, absl::Time now, Random& r) const {
+    if (loads->load() > 0) {
+      loads->fetch_sub(1);
+      return Decision::kLoad;
+    }
+    return SoftTtl{}.Decide(s, now, r);
+  }
+};
+
+// A refresh prepared (with its copy of the key) and then not needed, since
+// the key has a load already, is destroyed after the shard's lock.
+TEST(CacheRegression, AnUnneededRefreshDestroysItsKeyAfterTheLock) {
+  ManualClock clock;
+  ManualExecutor executor;
+  LoadsWhenTold policy;
+  Cache<WatchedKey, std::string, LoadsWhenTold> cache(
+      [](const WatchedKey& k) -> absl::StatusOr<std::string> { return k.s; },
+      Options{.ttl = absl::Seconds(10),
+              .wait_timeout = absl::InfiniteDuration(),  // No timer thread.
+              .clock = &clock,
+              .executor = &executor},
+      policy);
+  const WatchedKey key("k");
+  ASSERT_TRUE(cache.Get(key).ok());
+  clock.Advance(absl::Seconds(11));  // SoftTtl's stale window.
+  // GetAsync's decisions say "load": it registers a foreground load, queued
+  // on the executor.
+  policy.loads->store(2);
+  cache.GetAsync(key, [](absl::StatusOr<std::string>) {});
+  ASSERT_EQ(executor.pending(), 1u);
+  // A Get decides serve-and-refresh, prepares the refresh and finds the
+  // load in flight.
+  keys_destroyed_under_lock = 0;
+  EXPECT_TRUE(cache.Get(key).ok());
+  EXPECT_EQ(keys_destroyed_under_lock.load(), 0);
+  EXPECT_EQ(executor.RunAll(), 1u);
+}
+
+// -- Over-aligned values are stored at their alignment.
+
+struct alignas(64) Wide {
+  explicit Wide(uint64_t x = 0) : v(x) {}
+  uint64_t v;
+};
+
+TEST(CacheRegression, OverAlignedKeysAndValuesAreStoredAligned) {
+  Cache<uint64_t, Wide, SingleFlight> cache(
+      [](const uint64_t& k) -> absl::StatusOr<Wide> { return Wide(k); },
+      Options{.max_entries = 1024});
+  for (uint64_t k = 0; k < 256; ++k) {
+    ASSERT_EQ(cache.Get(k)->v, k);
+    cache.Put(k + 1000, Wide(k));
+  }
+  // The entries themselves: every one made at 64 bytes' alignment.
+  using Node = internal::Entry<uint64_t, Wide, internal::EntryLayout::kFixed>;
+  static_assert(Node::kAddressAlignment == 64);
+  for (int i = 0; i < 64; ++i) {
+    auto n = std::make_unique<Node>(0, 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(n.get()) % 64, 0u);
+  }
 }
 
 // -- NaiveJitter: a write to one key does not disturb loads of another.

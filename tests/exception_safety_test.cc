@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,12 +27,14 @@
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
 #include "paddock/clock.h"
+#include "paddock/completion.h"
 #include "paddock/executor.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/node_pool.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
+#include "paddock/testing/sync.h"
 #include "sanitizers.h"
 
 namespace {
@@ -232,6 +235,198 @@ TEST(ExceptionSafety, AThrowingListenerIsIgnoredAndLeaksNoLoadSlot) {
   }
   EXPECT_EQ(cache.stats().loads, 20u);
   EXPECT_EQ(cache.stats().evictions, 16u);
+}
+
+// -- Copies that throw after a load was registered.
+
+// A key whose N-th copy on the calling thread throws (0: none does).
+thread_local int key_copies_until_throw = 0;
+struct FlakyKey {
+  std::string s;
+  explicit FlakyKey(std::string v) : s(std::move(v)) {}
+  FlakyKey(FlakyKey&&) noexcept = default;
+  FlakyKey(const FlakyKey& o) : s(o.s) {
+    if (key_copies_until_throw > 0 && --key_copies_until_throw == 0) {
+      throw std::runtime_error("key copy failed");
+    }
+  }
+  FlakyKey& operator=(const FlakyKey&) = default;
+  bool operator==(const FlakyKey& o) const { return s == o.s; }
+  template <typename H>
+  friend H AbslHashValue(H h, const FlakyKey& k) {
+    return H::combine(std::move(h), k.s);
+  }
+};
+
+// Whichever copy of the key throws during a GetAsync miss (the flight's,
+// the waiter's, the task's), the caller gets the exception or an answer,
+// and no load stays registered: a queued flight never ages, so one left
+// behind would hold every later GetAsync of the key.
+template <typename Policy>
+void GetAsyncSurvivesEveryThrowingKeyCopy() {
+  for (int n = 1; n <= 8; ++n) {
+    SCOPED_TRACE(absl::StrCat("copy ", n, " throws"));
+    ManualClock clock;
+    ManualExecutor executor;
+    int answered = 0;
+    int loads = 0;
+    Cache<FlakyKey, std::string, Policy> cache(
+        [&](const FlakyKey& k) -> absl::StatusOr<std::string> {
+          return absl::StrCat(k.s, "#", ++loads);
+        },
+        Options{.ttl = absl::Seconds(10),
+                .wait_timeout = absl::InfiniteDuration(),  // No timer thread.
+                .clock = &clock,
+                .executor = &executor});
+    const FlakyKey key("k");
+    key_copies_until_throw = n;
+    bool threw = false;
+    try {
+      cache.GetAsync(key, [&](absl::StatusOr<std::string>) { ++answered; });
+    } catch (const std::runtime_error&) {
+      threw = true;
+    }
+    key_copies_until_throw = 0;
+    executor.RunAll();
+    EXPECT_EQ(answered, threw ? 0 : 1);
+    EXPECT_EQ(cache.loads_in_flight(), 0u);
+    absl::StatusOr<std::string> got = absl::UnknownError("unanswered");
+    cache.GetAsync(key, [&](absl::StatusOr<std::string> r) { got = r; });
+    executor.RunAll();
+    EXPECT_TRUE(got.ok()) << got.status();
+  }
+}
+
+TEST(ExceptionSafety, GetAsyncSurvivesEveryThrowingKeyCopy) {
+  GetAsyncSurvivesEveryThrowingKeyCopy<SingleFlight>();
+}
+
+TEST(ExceptionSafety, UncoalescedGetAsyncSurvivesEveryThrowingKeyCopy) {
+  GetAsyncSurvivesEveryThrowingKeyCopy<NaiveJitter>();
+}
+
+// The same with an asynchronous loader: started in GetAsync itself, or by a
+// blocking Get under a load-slot limit, where a slot left taken would stop
+// every later load.
+TEST(ExceptionSafety, AnAsyncLoadWhoseKeyCopyThrowsLeavesNothingTaken) {
+  using FlakyCache = Cache<FlakyKey, std::string, SingleFlight>;
+  for (int max_concurrent_loads : {0, 1}) {
+    for (int n = 1; n <= 6; ++n) {
+      SCOPED_TRACE(absl::StrCat("limit ", max_concurrent_loads, ", copy ", n,
+                                " throws"));
+      ManualClock clock;
+      FlakyCache cache(FlakyCache::AsyncLoader(
+                           [](const FlakyKey& k, Completion<std::string> done) {
+                             std::move(done)(k.s);
+                           }),
+                       Options{.ttl = absl::Seconds(10),
+                               .wait_timeout = absl::Seconds(2),
+                               .clock = &clock,
+                               .max_concurrent_loads = max_concurrent_loads});
+      const FlakyKey key("k");
+      int answered = 0;
+      key_copies_until_throw = n;
+      try {
+        if (max_concurrent_loads == 0) {
+          cache.GetAsync(key, [&](absl::StatusOr<std::string>) { ++answered; });
+        } else {
+          (void)cache.Get(key);
+        }
+      } catch (const std::runtime_error&) {
+      }
+      key_copies_until_throw = 0;
+      EXPECT_EQ(cache.loads_in_flight(), 0u);
+      EXPECT_LE(answered, 1);
+      // Neither the key nor the slot is held: both load at once.
+      EXPECT_TRUE(cache.Get(FlakyKey("other")).ok());
+      absl::StatusOr<std::string> again = cache.Get(key);
+      EXPECT_TRUE(again.ok()) << again.status();
+    }
+  }
+}
+
+// A value whose N-th copy on the calling thread throws; moves never do.
+thread_local int value_copies_until_throw = 0;
+struct Brittle {
+  std::string s;
+  explicit Brittle(std::string v) : s(std::move(v)) {}
+  Brittle(Brittle&&) noexcept = default;
+  Brittle& operator=(Brittle&&) noexcept = default;
+  Brittle(const Brittle& o) : s(o.s) {
+    if (value_copies_until_throw > 0 && --value_copies_until_throw == 0) {
+      throw std::runtime_error("copy failed");
+    }
+  }
+  Brittle& operator=(const Brittle&) = default;
+};
+
+// Whichever copy of the loaded value throws on the leader's thread (into the
+// entry, for the waiters), the waiter that joined the load is answered when
+// the load ends, not at its wait_timeout.
+TEST(ExceptionSafety, AJoinedWaiterIsAnsweredWhicheverCopyOfTheValueThrows) {
+  for (int n = 1; n <= 4; ++n) {
+    SCOPED_TRACE(absl::StrCat("copy ", n, " throws"));
+    ManualClock clock;
+    testing::Gate gate;
+    testing::Counter entered;
+    Cache<std::string, Brittle, SingleFlight> cache(
+        [&](const std::string& k) -> absl::StatusOr<Brittle> {
+          entered.Increment();
+          gate.Wait();
+          value_copies_until_throw = n;  // On the leader's thread.
+          return Brittle(k);
+        },
+        Options{.ttl = absl::Seconds(10),
+                .wait_timeout = absl::Seconds(60),
+                .clock = &clock});
+    std::thread leader([&] {
+      try {
+        (void)cache.Get("k");
+      } catch (const std::exception&) {
+        // The leader may get the exception; the waiter must get an answer.
+      }
+      value_copies_until_throw = 0;
+    });
+    ASSERT_TRUE(entered.WaitFor(1));
+    std::thread waiter([&] { (void)cache.Get("k"); });
+    while (cache.stats().coalesced_waits < 1) std::this_thread::yield();
+    gate.Open();
+    leader.join();
+    waiter.join();  // Before the fix: after wait_timeout, a minute.
+    EXPECT_EQ(cache.stats().wait_timeouts, 0u);
+    EXPECT_EQ(cache.loads_in_flight(), 0u);
+  }
+}
+
+// A completion destroyed while an exception unwinds through the loader,
+// which catches that exception itself and returns: the load ends as a
+// dropped one, with CancelledError, not never.
+TEST(ExceptionSafety,
+     ACompletionDroppedByAnExceptionTheLoaderCatchesEndsTheLoad) {
+  ManualClock clock;
+  int answered = 0;
+  absl::StatusOr<std::string> got = absl::UnknownError("unanswered");
+  StringCache cache(StringCache::AsyncLoader(
+                        [](const std::string&, Completion<std::string> done) {
+                          try {
+                            Completion<std::string> mine = std::move(done);
+                            throw std::runtime_error("could not send");
+                          } catch (const std::runtime_error&) {
+                            // Handled here: the completion is gone.
+                          }
+                        }),
+                    Options{.ttl = absl::Seconds(10),
+                            .wait_timeout = absl::InfiniteDuration(),
+                            .clock = &clock,
+                            .max_load_age = absl::InfiniteDuration()});
+  cache.GetAsync("k", [&](absl::StatusOr<std::string> r) {
+    got = std::move(r);
+    ++answered;
+  });
+  EXPECT_EQ(answered, 1);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(cache.loads_in_flight(), 0u);
+  EXPECT_EQ(cache.Get("k").status().code(), absl::StatusCode::kCancelled);
 }
 
 class RefusingExecutor : public Executor {

@@ -520,7 +520,8 @@ class Cache {
   Outcome FinishLoad(Load& load, absl::StatusOr<V> result, int64_t started,
                      const std::string* key_bytes,
                      const std::string* lease_token);
-  // Starts the asynchronous loader for `load`, which it takes over.
+  // Starts the asynchronous loader for `load`, which it takes over. Never
+  // throws: if the loader cannot be started, the load ends with an error.
   void StartAsyncLoad(Load& load, const std::string* key_bytes,
                       const std::string* lease_token);
   // What the completion of an asynchronous load does.
@@ -550,6 +551,8 @@ class Cache {
                    int64_t started, int64_t finished) noexcept;
   // Publishes `outcome` on `flight` and completes its asynchronous waiters.
   void PublishTo(Flight& flight, const Outcome& outcome) noexcept;
+  // The same for a copy of `result`, or for an error if copying it throws.
+  void PublishCopyTo(Flight& flight, const absl::StatusOr<V>& result) noexcept;
   // Complete()'s store: returns whether anyone joined the load.
   bool StoreOutcome(Load& load, Outcome& outcome, bool loader_ran,
                     int64_t started, int64_t finished);
@@ -828,8 +831,11 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
   int64_t started = 0;
   std::atomic<bool> finished{false};
   // Set while the loader call is on the stack of `caller`: a completion
-  // destroyed there by an exception leaves the answer to the catch.
+  // destroyed there by an exception leaves the answer to the catch, or, if
+  // the loader catches that exception itself, to its return
+  // (`dropped_in_call`, read and written on `caller` only).
   std::atomic<bool> in_call{false};
+  std::optional<absl::Status> dropped_in_call;
   std::thread::id caller;
   int uncaught = 0;
 };
@@ -1182,33 +1188,49 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   }
   recorder_.Miss();
   if (!lead) recorder_.CoalescedWait();
-  if constexpr (!P::kCoalesceLoads) {
-    delivery = std::make_shared<Flight>(key, hash, now);
-  }
-  Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
-  const absl::Duration timeout = options_.wait_timeout;
-  auto waiter = std::make_shared<AsyncWaiter>(
-      this, key, hash, std::move(done),
-      internal::IsForever(timeout)
-          ? internal::AsyncWaiterBase::SteadyTime::max()
-          : std::chrono::steady_clock::now() +
-                absl::ToChronoNanoseconds(timeout));
-  if (timeout <= absl::ZeroDuration()) {
-    // Never waits: the answer a timeout gives, now. (The load, if this
-    // caller started one, still runs and stores.)
-    waiter->Claim();
-    waiter->Run(TimedOut(key, hash));
-  } else {
-    try {
-      async_waiters_.Add(waiter);
-    } catch (...) {
-      // No timer thread: this caller gets the timeout's answer at once.
+  // Until a task (or the loader) holds the load this caller registered, a
+  // throw must end it: a queued flight never ages, and every later caller
+  // of the key would join it and wait for a load nobody runs.
+  const auto end_unstarted = [&]() noexcept {
+    Load load{key, hash, flight, LoadKind::kForeground};
+    load.delivery = std::move(delivery);
+    const int64_t at = NowNanos();
+    Complete(load, absl::InternalError("paddock: could not start the load"),
+             /*loader_ran=*/false, at, at);
+  };
+  try {
+    if constexpr (!P::kCoalesceLoads) {
+      delivery = std::make_shared<Flight>(key, hash, now);
+    }
+    Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
+    const absl::Duration timeout = options_.wait_timeout;
+    auto waiter = std::make_shared<AsyncWaiter>(
+        this, key, hash, std::move(done),
+        internal::IsForever(timeout)
+            ? internal::AsyncWaiterBase::SteadyTime::max()
+            : std::chrono::steady_clock::now() +
+                  absl::ToChronoNanoseconds(timeout));
+    if (timeout <= absl::ZeroDuration()) {
+      // Never waits: the answer a timeout gives, now. (The load, if this
+      // caller started one, still runs and stores.)
       waiter->Claim();
       waiter->Run(TimedOut(key, hash));
+    } else {
+      try {
+        async_waiters_.Add(waiter);
+      } catch (...) {
+        // No timer thread: this caller gets the timeout's answer at once.
+        waiter->Claim();
+        waiter->Run(TimedOut(key, hash));
+      }
+      if (!waiter->claimed() && !rendezvous.AddAsyncWaiter(waiter)) {
+        Deliver(waiter, *rendezvous.published());  // Published meanwhile.
+      }
     }
-    if (!waiter->claimed() && !rendezvous.AddAsyncWaiter(waiter)) {
-      Deliver(waiter, *rendezvous.published());  // Published meanwhile.
-    }
+  } catch (...) {
+    // This caller gets the exception (as from Get), not its callback.
+    if (lead) end_unstarted();
+    throw;
   }
   if (!lead) return;
   if (start_here) {
@@ -1225,11 +1247,9 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     Schedule(*std::move(task));
   } catch (...) {
     // The task could not be made (its key's copy threw): end the load as
-    // dropped work ends, so that its waiters are not left waiting.
-    Load load{key, hash, flight, LoadKind::kForeground};
-    const int64_t at = NowNanos();
-    Complete(load, absl::InternalError("paddock: could not start the load"),
-             /*loader_ran=*/false, at, at);
+    // dropped work ends, so that its waiters (this caller's among them,
+    // through its delivery) are not left waiting.
+    end_unstarted();
   }
 }
 
@@ -1526,7 +1546,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     }
     if (flight != nullptr) {
       if (flight->joined() > 0) {
-        PublishTo(*flight, Outcome{result});
+        PublishCopyTo(*flight, result);
       } else {
         flight->Abandon();
       }
@@ -1657,19 +1677,33 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
                                           const std::string* key_bytes,
                                           const std::string* lease_token) {
-  auto state = std::make_shared<AsyncLoad>(this, load, key_bytes, lease_token);
   recorder_.LoadStarted(load.kind);
-  state->started = NowNanos();
-  Completion<V> completion(
-      [state](absl::StatusOr<V> result, bool dropped) mutable {
-        FinishAsyncLoad(state, std::move(result), dropped, absl::OkStatus());
-      });
+  const int64_t started = NowNanos();
+  std::shared_ptr<AsyncLoad> state;
+  std::optional<Completion<V>> completion;
+  try {
+    state = std::make_shared<AsyncLoad>(this, load, key_bytes, lease_token);
+    state->started = started;
+    completion.emplace([state](absl::StatusOr<V> result, bool dropped) mutable {
+      FinishAsyncLoad(state, std::move(result), dropped, absl::OkStatus());
+    });
+  } catch (...) {
+    // Nothing started (a copy of the key threw, an allocation failed): the
+    // load ends here, as one whose loader failed at once. Never throws, so
+    // that no caller (a task under noexcept among them) is left with a
+    // registered load that nobody runs.
+    FinishLoad(
+        state != nullptr ? state->load : load,
+        absl::InternalError("paddock: could not start the asynchronous load"),
+        started, key_bytes, lease_token);
+    return;
+  }
   state->caller = std::this_thread::get_id();
   state->uncaught = std::uncaught_exceptions();
   state->in_call.store(true, std::memory_order_release);
   absl::Status thrown;
   try {
-    async_loader_(state->key, std::move(completion));
+    async_loader_(state->key, *std::move(completion));
   } catch (const std::exception& e) {
     thrown = absl::InternalError(
         absl::StrCat("paddock: the asynchronous loader threw: ", e.what()));
@@ -1679,7 +1713,12 @@ void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
         "std::exception");
   }
   state->in_call.store(false, std::memory_order_release);
-  if (!thrown.ok()) FinishAsyncLoad(state, thrown, false, thrown);
+  if (!thrown.ok()) {
+    FinishAsyncLoad(state, thrown, false, thrown);
+  } else if (state->dropped_in_call.has_value()) {
+    // Dropped by an exception the loader caught: a drop all the same.
+    FinishAsyncLoad(state, *state->dropped_in_call, false, absl::OkStatus());
+  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1689,7 +1728,9 @@ void Cache<K, V, P, H, E>::FinishAsyncLoad(
   if (dropped && state->in_call.load(std::memory_order_acquire) &&
       std::this_thread::get_id() == state->caller &&
       std::uncaught_exceptions() > state->uncaught) {
-    return;  // Unwinding from the loader: the catch answers, with what().
+    // Unwinding from the loader: the catch answers, with what().
+    state->dropped_in_call = result.status();
+    return;
   }
   if (!thrown.ok()) result = thrown;
   if (state->finished.exchange(true, std::memory_order_acq_rel)) return;
@@ -1951,6 +1992,19 @@ void Cache<K, V, P, H, E>::PublishTo(Flight& flight,
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::PublishCopyTo(
+    Flight& flight, const absl::StatusOr<V>& result) noexcept {
+  std::optional<Outcome> copy;
+  try {
+    copy.emplace(Outcome{result});
+  } catch (...) {
+    copy.emplace(Outcome{absl::InternalError(
+        "paddock: copying the loaded value for its waiters failed")});
+  }
+  PublishTo(flight, *copy);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
                                         bool loader_ran, int64_t started,
                                         int64_t finished) {
@@ -2105,20 +2159,21 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
   };
   task.emplace(this, key, hash);
   bool skipped = false;
+  bool unneeded = false;  // The task goes, after the lock (it holds a K).
   {
     Writer w(shard);
+    const int64_t now = NowNanos();
     // `n` cannot have been freed (the caller's guard), so an equal address
     // is the same entry.
-    if (shard.Find(hash, key, eq_) != n) return task.reset();
-    const int64_t now = NowNanos();
-    // One load per key; the one in flight replaces `n` when it stores.
-    // `n` stays marked, so its later hits do not come here again.
-    if (shard.HasLiveFlight(key, hash, now, max_load_age_)) {
+    if (shard.Find(hash, key, eq_) != n) {
+      unneeded = true;
+    } else if (shard.HasLiveFlight(key, hash, now, max_load_age_)) {
+      // One load per key; the one in flight replaces `n` when it stores.
+      // `n` stays marked, so its later hits do not come here again.
       std::move(refreshable).Cancel();
-      return task.reset();
-    }
-    const internal::LoadSlots::Ticket slot = slots_.TryAcquire(now);
-    if (slot == 0) {
+      unneeded = true;
+    } else if (const internal::LoadSlots::Ticket slot = slots_.TryAcquire(now);
+               slot == 0) {
       const_cast<Entry*>(n)->refreshing.store(false, std::memory_order_relaxed);
       skipped = true;
     } else {
@@ -2130,6 +2185,10 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
       task->Attach(std::move(flight));
       std::move(refreshable).Cancel();
     }
+  }
+  if (unneeded) {
+    task.reset();
+    return;
   }
   if (skipped) {
     task.reset();

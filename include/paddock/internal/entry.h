@@ -109,10 +109,13 @@ template <typename K, typename V, EntryLayout kLayout = EntryLayout::kFull>
 struct Entry {
   // Whether times derive from the cache's FixedTimes (kFixed, kFixedExpiry).
   static constexpr bool kCompact = kLayout != EntryLayout::kFull;
-  // Every entry is allocated at this alignment, whatever alignof(Entry), so
-  // that a table slot can keep three bits of the hash beside the address
-  // (node_table.h) without rounding the entry up to a multiple of 16.
-  static constexpr size_t kAddressAlignment = 16;
+  // Every entry is allocated at this alignment: at least 16, so that a
+  // table slot can keep three bits of the hash beside the address
+  // (node_table.h) without rounding the entry up to a multiple of 16, and
+  // at least an over-aligned K's or V's (operator new below is not given
+  // the type's alignment).
+  static constexpr size_t kAddressAlignment =
+      std::max({size_t{16}, alignof(K), alignof(V)});
   // Entries come from a per-thread pool of blocks of their size
   // (node_pool.h): every miss allocates one and, once reclaimed, frees
   // another. Nothing derives from an entry, so `size` is sizeof(Entry).
