@@ -815,7 +815,8 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
              std::exchange(from.slot, 0)},
         with_lease(lease_token != nullptr),
         key_bytes(key_bytes != nullptr ? *key_bytes : std::string()),
-        lease_token(lease_token != nullptr ? *lease_token : std::string()) {
+        lease_token(lease_token != nullptr ? *lease_token : std::string()),
+        tier(with_lease ? cache->options_.shared : nullptr) {
     load.caller_waits = from.caller_waits;
     load.stale_until_keep = from.stale_until_keep;
     load.delivery = from.delivery;
@@ -828,6 +829,10 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
   const bool with_lease;
   const std::string key_bytes;
   const std::string lease_token;
+  // With a lease: the tier, to give it back if the cache is gone when the
+  // load ends (the tier may outlive the cache, and would extend the lease
+  // for hold_for meanwhile).
+  const std::shared_ptr<SharedTier> tier;
   int64_t started = 0;
   std::atomic<bool> finished{false};
   // Set while the loader call is on the stack of `caller`: a completion
@@ -1734,10 +1739,19 @@ void Cache<K, V, P, H, E>::FinishAsyncLoad(
   }
   if (!thrown.ok()) result = thrown;
   if (state->finished.exchange(true, std::memory_order_acq_rel)) return;
-  // A completion called after the cache is gone does nothing: the
-  // destructor has answered every waiter.
+  // A completion called after the cache is gone answers nobody (the
+  // destructor has answered every waiter), and gives a lease back.
   const internal::Lifeline::Pass pass = state->lifeline->Enter();
-  if (!pass) return;
+  if (!pass) {
+    if (state->tier != nullptr) {
+      try {
+        (void)state->tier->Release(state->key_bytes, state->lease_token);
+      } catch (...) {
+        // A tier that throws: the lease lapses.
+      }
+    }
+    return;
+  }
   state->cache->FinishLoad(state->load, std::move(result), state->started,
                            state->with_lease ? &state->key_bytes : nullptr,
                            state->with_lease ? &state->lease_token : nullptr);
@@ -1792,9 +1806,14 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
       } else if (record.value->size() > tier_->max_value_bytes()) {
         // Larger than this process may store (written by a process with a
         // larger limit): a miss, like an undecodable record.
-      } else if (absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
-                 decoded.ok()) {
-        value.emplace(*std::move(decoded));
+      } else {
+        try {
+          absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
+          if (decoded.ok()) value.emplace(*std::move(decoded));
+        } catch (...) {
+          // A codec that throws (std::bad_alloc, a throwing parser): as
+          // undecodable. Never past here: a refresh runs under noexcept.
+        }
       }
       if (!value.has_value()) {
         // Undecodable (another format, garbage): a miss. Ask once more as
@@ -1878,8 +1897,17 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
       return;
     }
   } catch (...) {
-    // Encoding failed: nothing to write; the lease lapses on its own.
+    // Encoding failed: nothing to write. The lease goes back, as for a value
+    // too large to share: kept, it would be extended for hold_for while the
+    // others wait for a fill that never comes.
     recorder_.SharedError();
+    try {
+      if (!tier_->Release(key_bytes, lease_token).ok()) {
+        recorder_.SharedError();
+      }
+    } catch (...) {
+      recorder_.SharedError();  // A tier that throws: the lease lapses.
+    }
     return;
   }
   const absl::StatusOr<bool> filled = tier_->Fill(key_bytes, lease_token, fill);

@@ -17,8 +17,11 @@
 #include <fstream>
 #include <latch>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -40,11 +43,32 @@
 #include "paddock/cache.h"
 #include "paddock/clock.h"
 #include "paddock/codec.h"
+#include "paddock/completion.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
 #include "paddock/redis.h"
 #include "paddock/shared_tier.h"
 #include "paddock/stats.h"
+
+// A value whose codec throws: Encode for "unencodable", Decode for the
+// bytes "undecodable" (a user's codec built on a throwing parser).
+namespace paddock::testing {
+struct Blob {
+  std::string s;
+};
+}  // namespace paddock::testing
+
+template <>
+struct paddock::Codec<paddock::testing::Blob> {
+  static std::string Encode(const paddock::testing::Blob& b) {
+    if (b.s == "unencodable") throw std::runtime_error("cannot encode");
+    return b.s;
+  }
+  static absl::StatusOr<paddock::testing::Blob> Decode(std::string_view bytes) {
+    if (bytes == "undecodable") throw std::runtime_error("cannot decode");
+    return paddock::testing::Blob{std::string(bytes)};
+  }
+};
 
 namespace paddock::testing {
 namespace {
@@ -542,6 +566,84 @@ TEST_F(FleetCacheTest, AValueThatDoesNotDecodeIsAMissCountedAndReplaced) {
   EXPECT_EQ(numbers.stats().shared_errors, 1u);
   EXPECT_EQ(numbers.stats().leases_acquired, 1u);
   EXPECT_EQ(Redis({"HGET", RecordKey("n"), "value"}), "42");
+}
+
+// A load whose value cannot be encoded for the tier is served and kept here,
+// and its lease goes back at once: kept, it would be extended for hold_for
+// while the other pods wait for a fill that never comes.
+TEST_F(FleetCacheTest, AFillWhoseEncodeThrowsGivesTheLeaseBack) {
+  std::shared_ptr<RedisTier> tier = Connect();
+  ASSERT_NE(tier, nullptr);
+  Cache<std::string, Blob, SingleFlight> pod(
+      [](const std::string&) -> absl::StatusOr<Blob> {
+        return Blob{"unencodable"};
+      },
+      CacheOptions(tier));
+  absl::StatusOr<Blob> got = pod.Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->s, "unencodable");
+  EXPECT_EQ(pod.stats().leases_acquired, 1u);
+  EXPECT_GE(pod.stats().shared_errors, 1u);
+  EXPECT_EQ(Redis({"EXISTS", LeaseKey("k")}), "0");
+  EXPECT_EQ(Redis({"EXISTS", RecordKey("k")}), "0");
+}
+
+// A record whose decoding throws is a miss, as one that does not decode:
+// loaded and replaced, never an exception out of Get (nor out of a refresh,
+// where it would terminate the process).
+TEST_F(FleetCacheTest, ARecordWhoseDecodingThrowsIsAMissAndReplaced) {
+  std::shared_ptr<RedisTier> tier = Connect();
+  ASSERT_NE(tier, nullptr);
+  SharedFill fill;
+  fill.value = "undecodable";
+  fill.fresh_for = absl::Seconds(10);
+  fill.keep_for = absl::Seconds(20);
+  ASSERT_TRUE(tier->Put("k", fill, 0).ok());
+  std::atomic<int> calls{0};
+  Cache<std::string, Blob, SingleFlight> pod(
+      [&](const std::string&) -> absl::StatusOr<Blob> {
+        ++calls;
+        return Blob{"fresh"};
+      },
+      CacheOptions(tier));
+  absl::StatusOr<Blob> got = pod.Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->s, "fresh");
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(pod.stats().shared_errors, 1u);
+  EXPECT_EQ(Redis({"HGET", RecordKey("k"), "value"}), "fresh");
+}
+
+// An asynchronous load that ends after its cache was destroyed gives its
+// lease back (the tier outlives the cache, and would extend it for
+// hold_for meanwhile).
+TEST_F(FleetCacheTest, AnAsyncLoadThatOutlivesItsCacheGivesTheLeaseBack) {
+  std::shared_ptr<RedisTier> tier = Connect();
+  ASSERT_NE(tier, nullptr);
+  std::mutex mu;
+  std::optional<Completion<std::string>> pending;
+  auto pod = std::make_unique<StringCache<>>(
+      StringCache<>::AsyncLoader(
+          [&](const std::string&, Completion<std::string> done) {
+            std::lock_guard<std::mutex> lock(mu);
+            pending.emplace(std::move(done));
+          }),
+      CacheOptions(tier));
+  pod->GetAsync("k", [](absl::StatusOr<std::string>) {});
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (pending.has_value()) break;
+    }
+    ASSERT_LT(absl::Now(), give_up) << "the loader was never called";
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(Redis({"EXISTS", LeaseKey("k")}), "1");  // Granted, loading.
+  pod.reset();
+  std::move (*pending)("late");  // Answers nobody: the cache is gone.
+  EXPECT_EQ(Redis({"EXISTS", LeaseKey("k")}), "0");
+  EXPECT_EQ(Redis({"EXISTS", RecordKey("k")}), "0");
 }
 
 TEST_F(FleetCacheTest, AValueOverMaxValueBytesIsServedLocallyAndNotStored) {
