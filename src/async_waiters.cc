@@ -85,9 +85,11 @@ void AsyncWaiters::RunTimer() {
           continue;
         }
         timers_.pop();
+        // Even if answered already, it leaves the lock with `due`: this may
+        // be its last reference, and its key and callback must not die
+        // under the lock.
         due = next.waiter.lock();
-        if (due != nullptr && !due->claimed()) break;
-        due.reset();
+        if (due != nullptr) break;
       }
     }
     // Outside the lock: expiring runs the waiter's callback.

@@ -85,10 +85,12 @@ namespace paddock {
 // stay usable until the handler has run, and the cache completes what still
 // waits when it is destroyed: destroy the cache before the execution context
 // its waiters use (declare the `io_context` first), or destroy that context
-// only once its `run()` has returned, which it does not while a waiter is
-// pending. Either holds for strands too: the operation lets go of every copy
-// of the handler's executor before its work, so no copy outlives a `run()`
-// that returned. If starting the lookup throws
+// only once its `run()` has returned for want of work, which it does not
+// while a waiter is pending (after `stop()`, `run()` returns with waiters
+// pending, and their completion would post to the destroyed context: destroy
+// the cache first then). Either holds for strands too: the operation lets go of
+// every copy of the handler's executor before its work, so no copy outlives a
+// `run()` that returned. If starting the lookup throws
 // (`Hash`, `Eq` or a copy of K or V), the handler completes with
 // `absl::InternalError` carrying the exception's `what()`.
 //
