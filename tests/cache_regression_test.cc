@@ -298,7 +298,7 @@ TEST(CacheRegression, AnUnneededRefreshDestroysItsKeyAfterTheLock) {
   // GetAsync's decisions say "load": it registers a foreground load, queued
   // on the executor.
   policy.loads->store(2);
-  cache.GetAsync(key, [](absl::StatusOr<std::string>) {});
+  cache.GetAsync(key, [](const absl::StatusOr<std::string>&) {});
   ASSERT_EQ(executor.pending(), 1u);
   // A Get decides serve-and-refresh, prepares the refresh and finds the
   // load in flight.

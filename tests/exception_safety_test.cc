@@ -282,7 +282,8 @@ void GetAsyncSurvivesEveryThrowingKeyCopy() {
     key_copies_until_throw = n;
     bool threw = false;
     try {
-      cache.GetAsync(key, [&](absl::StatusOr<std::string>) { ++answered; });
+      cache.GetAsync(key,
+                     [&](const absl::StatusOr<std::string>&) { ++answered; });
     } catch (const std::runtime_error&) {
       threw = true;
     }
@@ -291,7 +292,8 @@ void GetAsyncSurvivesEveryThrowingKeyCopy() {
     EXPECT_EQ(answered, threw ? 0 : 1);
     EXPECT_EQ(cache.loads_in_flight(), 0u);
     absl::StatusOr<std::string> got = absl::UnknownError("unanswered");
-    cache.GetAsync(key, [&](absl::StatusOr<std::string> r) { got = r; });
+    cache.GetAsync(key,
+                   [&](absl::StatusOr<std::string> r) { got = std::move(r); });
     executor.RunAll();
     EXPECT_TRUE(got.ok()) << got.status();
   }
@@ -328,7 +330,8 @@ TEST(ExceptionSafety, AnAsyncLoadWhoseKeyCopyThrowsLeavesNothingTaken) {
       key_copies_until_throw = n;
       try {
         if (max_concurrent_loads == 0) {
-          cache.GetAsync(key, [&](absl::StatusOr<std::string>) { ++answered; });
+          cache.GetAsync(
+              key, [&](const absl::StatusOr<std::string>&) { ++answered; });
         } else {
           (void)cache.Get(key);
         }

@@ -629,7 +629,7 @@ TEST_F(FleetCacheTest, AnAsyncLoadThatOutlivesItsCacheGivesTheLeaseBack) {
             pending.emplace(std::move(done));
           }),
       CacheOptions(tier));
-  pod->GetAsync("k", [](absl::StatusOr<std::string>) {});
+  pod->GetAsync("k", [](const absl::StatusOr<std::string>&) {});
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   for (;;) {
     {
