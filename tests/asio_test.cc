@@ -253,6 +253,9 @@ TEST_F(AsioTest, AStrandsContextMayGoOnceRunReturnedWhileTheCacheLivesOn) {
   // then: UBSan and ASan report it).
   options_.executor = nullptr;
   gated_ = true;
+  // Before the cache: the load's thread may still be inside Wait() when the
+  // test's body ends, until the cache's destructor has waited for it.
+  Gate context_gone;
   StringCache cache(Loader(), options_);
   auto io = std::make_unique<asio::io_context>();
   std::atomic<bool> first_called{false};
@@ -263,7 +266,6 @@ TEST_F(AsioTest, AStrandsContextMayGoOnceRunReturnedWhileTheCacheLivesOn) {
                first_called = true;
              }));
   }
-  Gate context_gone;
   cache.GetAsync("k", [&context_gone](Result v) {
     EXPECT_EQ(*v, "k#1");
     EXPECT_TRUE(context_gone.Wait());
