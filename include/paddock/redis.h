@@ -68,7 +68,7 @@ struct RedisOptions {
 
   // The lease period: how long another asker waits for a holder that died
   // before it may load itself. A living holder's lease is extended every
-  // half period, up to the `hold_for` it asked for.
+  // half period, up to the `hold_for` it asked for. At most 24 hours.
   absl::Duration lease_for = absl::Seconds(10);
 
   // The largest value (or remembered error message) the tier stores. Fill

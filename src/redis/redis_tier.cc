@@ -71,6 +71,8 @@ absl::Status Invalid(const char* field, const char* rule,
       "paddock::RedisOptions: ", field, " must be ", rule, ", got ", got));
 }
 
+constexpr absl::Duration kMaxLeaseFor = absl::Hours(24);
+
 absl::Status CheckDuration(const char* field, absl::Duration d) {
   if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
     return Invalid(field, "> 0 and finite", absl::FormatDuration(d));
@@ -132,6 +134,11 @@ absl::Status RedisOptions::Validate() const {
         {"poll_interval", poll_interval},
         {"health_check_interval", health_check_interval}}) {
     if (absl::Status s = CheckDuration(field, d); !s.ok()) return s;
+  }
+  // A lease is a PX in milliseconds: far below Redis's range, and a lease
+  // longer than a day is a mistake (a dead holder would block its key).
+  if (lease_for > kMaxLeaseFor) {
+    return Invalid("lease_for", "at most 24h", absl::FormatDuration(lease_for));
   }
   if (max_value_bytes < 1) return Invalid("max_value_bytes", ">= 1", "0");
   if (pool_size < 1) {

@@ -158,6 +158,9 @@ TEST(RedisTierConnectTest, BadOptionsAreInvalidArguments) {
         [](RedisOptions& o) { o.connect_timeout = -absl::Seconds(1); });
   check("lease_for",
         [](RedisOptions& o) { o.lease_for = absl::InfiniteDuration(); });
+  // Finite, but past what a PX in milliseconds holds.
+  check("lease_for", [](RedisOptions& o) { o.lease_for = absl::Hours(1e13); });
+  check("lease_for", [](RedisOptions& o) { o.lease_for = absl::Hours(25); });
   check("breaker_cooldown",
         [](RedisOptions& o) { o.breaker_cooldown = absl::ZeroDuration(); });
   check("poll_interval",
