@@ -2,7 +2,21 @@
 
 #include "paddock/internal/lifeline.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace paddock::internal {
+namespace {
+// The calling thread's innermost callback scope, or null.
+thread_local Lifeline::CallbackScope* innermost_scope = nullptr;
+}  // namespace
+
+Lifeline::CallbackScope::CallbackScope(const Lifeline* lifeline) noexcept
+    : lifeline_(lifeline), outer_(innermost_scope) {
+  innermost_scope = this;
+}
+
+Lifeline::CallbackScope::~CallbackScope() { innermost_scope = outer_; }
 
 Lifeline::Pass Lifeline::Enter() {
   MutexLock lock(&mu_);
@@ -20,6 +34,16 @@ void Lifeline::Exit() {
 }
 
 void Lifeline::CloseAndWait() {
+  for (const CallbackScope* s = innermost_scope; s != nullptr; s = s->outer_) {
+    if (s->lifeline_ == this) {
+      std::fputs(
+          "paddock: a Cache was destroyed from inside one of its own GetAsync "
+          "callbacks (or a coroutine resumed by its Await); destroy it from "
+          "elsewhere, e.g. post the destruction to an executor\n",
+          stderr);
+      std::abort();
+    }
+  }
   MutexLock lock(&mu_);
   closed_ = true;
   mu_.Await(cv_,

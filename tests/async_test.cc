@@ -269,6 +269,36 @@ TEST_F(AsyncTest, ABlockingGetFindingAnAsyncLoadQueuedRunsItItself) {
   EXPECT_EQ(loads_, 1);
 }
 
+TEST_F(AsyncTest, ACallbackIsDestroyedOnceCalledThoughItsLoadHangsOn) {
+  options_.wait_timeout = absl::Milliseconds(1);
+  StringCache cache(Loader(), options_);
+  Results results;
+  auto held = std::make_shared<int>(0);
+  const std::weak_ptr<int> watch = held;
+  StringCache::Callback record = results.Callback();
+  cache.GetAsync("k", [held = std::move(held), record = std::move(record)](
+                          absl::StatusOr<std::string> r) mutable {
+    std::move(record)(std::move(r));
+  });
+  ASSERT_TRUE(results.WaitFor(1));  // Timed out; the load is still queued.
+  // What the callback captured is gone with it, not kept until the load ends.
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(executor_.RunAll(), 1u);
+}
+
+TEST_F(AsyncTest, DestroyingTheCacheFromItsOwnCallbackDiesWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto cache = std::make_unique<StringCache>(Loader(), options_);
+        cache->GetAsync("k", [&](const absl::StatusOr<std::string>&) {
+          cache.reset();  // On the executor's thread, inside the load's task.
+        });
+        executor_.RunAll();
+      },
+      "destroyed from inside one of its own GetAsync callbacks");
+}
+
 TEST_F(AsyncTest, UncoalescedCallersEachLoadAndEachGetTheirOwnResult) {
   Cache<std::string, std::string, NaiveJitter> cache(
       [this](const std::string& k) -> absl::StatusOr<std::string> {

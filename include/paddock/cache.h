@@ -771,8 +771,13 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
 
   // Calls back with `result`; for the waiter's claimer only.
   void Run(absl::StatusOr<V> result) noexcept {
+    // Destroying the cache from inside `done` is caught (internal/lifeline.h).
+    const internal::Lifeline::CallbackScope scope(lifeline_.get());
+    // Moved out, so that what the callback holds is destroyed once it has
+    // run, not with the waiter (which its load's flight may hold on to).
+    Callback done = std::move(done_);
     try {
-      std::move(done_)(std::move(result));
+      std::move(done)(std::move(result));
     } catch (...) {
       // Documented: a callback's exception is dropped.
     }

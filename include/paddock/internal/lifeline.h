@@ -38,6 +38,22 @@ class Lifeline {
     Lifeline* lifeline_ = nullptr;
   };
 
+  // Marks the calling thread as inside one of the cache's own callbacks (a
+  // GetAsync `done`, and so a coroutine resumed by Await) for its lifetime.
+  // Scopes nest (a callback that calls into another cache). Not movable.
+  class CallbackScope {
+   public:
+    explicit CallbackScope(const Lifeline* lifeline) noexcept;
+    CallbackScope(const CallbackScope&) = delete;
+    CallbackScope& operator=(const CallbackScope&) = delete;
+    ~CallbackScope();
+
+   private:
+    friend class Lifeline;
+    const Lifeline* const lifeline_;
+    CallbackScope* const outer_;
+  };
+
   Lifeline() = default;
   Lifeline(const Lifeline&) = delete;
   Lifeline& operator=(const Lifeline&) = delete;
@@ -47,7 +63,11 @@ class Lifeline {
   Pass Enter();
 
   // Stops giving passes and blocks until every pass given is destroyed.
-  // Must not be called while the calling thread holds a pass.
+  // Must not be called while the calling thread holds a pass. Called inside
+  // one of this lifeline's CallbackScopes (a cache destroyed from its own
+  // callback, which its destructor would wait for, or which would go on
+  // using the freed cache), it aborts the process with a message that says
+  // so: a deadlock or a use after free is the alternative.
   void CloseAndWait();
 
  private:
