@@ -26,6 +26,7 @@
 #include "paddock/clock.h"
 #include "paddock/completion.h"
 #include "paddock/executor.h"
+#include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
 #include "paddock/testing/sync.h"
@@ -259,7 +260,26 @@ TEST_F(AsyncTest, ACallbackThatThrowsDoesNotHurtTheOthers) {
   EXPECT_EQ(*results.results()[0], "k#1");
 }
 
+// Records the kind of each load started.
+class LoadKinds : public Listener {
+ public:
+  void OnLoadStart(LoadKind kind) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    kinds_.push_back(kind);
+  }
+  std::vector<LoadKind> kinds() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kinds_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<LoadKind> kinds_;
+};
+
 TEST_F(AsyncTest, ABlockingGetFindingAnAsyncLoadQueuedRunsItItself) {
+  LoadKinds kinds;
+  options_.listener = &kinds;
   StringCache cache(Loader(), options_);
   Results results;
   cache.GetAsync("k", results.Callback());
@@ -267,6 +287,8 @@ TEST_F(AsyncTest, ABlockingGetFindingAnAsyncLoadQueuedRunsItItself) {
   ASSERT_EQ(results.size(), 1u);      // And answered the async waiter.
   EXPECT_EQ(executor_.RunAll(), 1u);  // The task finds it done.
   EXPECT_EQ(loads_, 1);
+  // A caller's load, not a refresh, whoever runs it.
+  EXPECT_EQ(kinds.kinds(), std::vector<LoadKind>{LoadKind::kForeground});
 }
 
 TEST_F(AsyncTest, ACallbackIsDestroyedOnceCalledThoughItsLoadHangsOn) {

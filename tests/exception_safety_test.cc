@@ -114,7 +114,11 @@ struct Fragile {
   Fragile(const Fragile& other) : s(other.s) {
     if (fail_copies) throw std::runtime_error("copy failed");
   }
+  // Moves never throw, so that a loader's return (a move) does not fail in
+  // place of the copy a test means to fail.
+  Fragile(Fragile&&) noexcept = default;
   Fragile& operator=(const Fragile&) = default;
+  Fragile& operator=(Fragile&&) noexcept = default;
   std::string s;
 };
 
@@ -155,6 +159,29 @@ TEST(ExceptionSafety, ARefreshWhoseStoreThrowsEndsAndTheCacheCanBeDestroyed) {
     EXPECT_EQ(cache.Get("k")->s, "k#3");
   }  // ~Cache returns: the failed refresh left no task running.
   EXPECT_EQ(loads.load(), 3);
+}
+
+TEST(ExceptionSafety, AStaleHitWhoseCopyThrowsLeavesTheEntryRefreshable) {
+  ManualClock clock;
+  ManualExecutor executor;
+  int loads = 0;
+  Cache<std::string, Fragile, SoftTtl> cache(
+      [&](const std::string& k) -> absl::StatusOr<Fragile> {
+        return Fragile(absl::StrCat(k, "#", ++loads));
+      },
+      Options{
+          .ttl = absl::Seconds(10), .clock = &clock, .executor = &executor});
+  ASSERT_EQ(cache.Get("k")->s, "k#1");
+  clock.Advance(absl::Seconds(11));
+  // This stale hit would start the refresh, but copying its value throws.
+  fail_copies = true;
+  EXPECT_THROW(cache.Get("k"), std::runtime_error);
+  fail_copies = false;
+  EXPECT_EQ(executor.pending(), 0u);
+  // The next stale hit starts it: the key was not left marked as refreshing.
+  EXPECT_EQ(cache.Get("k")->s, "k#1");
+  EXPECT_EQ(executor.RunAll(), 1u);
+  EXPECT_EQ(cache.Get("k")->s, "k#2");
 }
 
 // Equal keys; comparisons throw while `fail_compares` is set.

@@ -224,6 +224,28 @@ TEST_F(FleetTest, AFillThatLostItsLeaseStoresNothingAnywhere) {
   EXPECT_FALSE(tier_->record("k").has_value());
 }
 
+TEST_F(FleetTest, ARefreshWhoseFillLostItsLeaseLeavesTheEntryRefreshable) {
+  Pod<SoftTtl> a(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a);
+  // While a refreshes, its lease lapses and another process takes the key's:
+  // a's fill loses, and stores nothing, but its stale entry stays.
+  a.loader_hook = [&] {
+    a.loader_hook = nullptr;
+    tier_clock_.Advance(absl::Minutes(10));
+    tier_->TakeLease("k");
+  };
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");
+  EXPECT_EQ(a.executor.RunAll(), 1u);
+  EXPECT_EQ(a.loads, 2);
+  EXPECT_EQ(*a.cache->GetIfPresent("k"), "k#1");
+  // The next stale hit asks for a refresh again: the key is not left marked
+  // as refreshing by the one that lost.
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");
+  EXPECT_EQ(a.executor.pending(), 1u);
+  a.executor.RunAll();
+}
+
 TEST_F(FleetTest, AnUndecodableRecordIsAMissThatTheNextLoadReplaces) {
   Pod<SingleFlight> a(tier_, &fleet_loads_);
   a.cache.reset();

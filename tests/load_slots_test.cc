@@ -1,6 +1,6 @@
-// Tests of paddock/internal/load_slots.h: the limit, release, and a hung
-// holder that stops counting once it passes the maximum load age, including
-// for callers already waiting when it does.
+// Tests of paddock/internal/load_slots.h: the limit, release, a hung holder
+// that stops counting once it passes the maximum load age (including for
+// callers already waiting when it does), and reservations of queued loads.
 
 #include "paddock/internal/load_slots.h"
 
@@ -79,6 +79,58 @@ TEST(LoadSlotsTest, AWaiterTakesTheSlotOfAHolderThatAgesOutWhileItWaits) {
   cache_now = absl::ToInt64Nanoseconds(absl::Milliseconds(250));
   waiter.join();
   EXPECT_NE(got.load(), 0u);
+}
+
+TEST(LoadSlotsTest, AReservationCountsAgainstTheLimitUntilALoadTakesIt) {
+  LoadSlots slots(1, absl::Seconds(1));
+  const LoadSlots::Ticket reserved = slots.TryReserve(0);
+  ASSERT_NE(reserved, 0u);
+  EXPECT_EQ(slots.TryReserve(0), 0u);  // Never another's reservation.
+  const LoadSlots::Ticket load = slots.TryAcquire(0);  // A load takes it.
+  EXPECT_NE(load, 0u);
+  // Its queued load starts and finds no slot free; releasing the lost
+  // reservation returns nothing.
+  EXPECT_EQ(slots.Restart(reserved, 0), 0u);
+  slots.Release(reserved);
+  EXPECT_EQ(slots.TryAcquire(0), 0u);
+  slots.Release(load);
+  EXPECT_NE(slots.TryAcquire(0), 0u);
+}
+
+TEST(LoadSlotsTest, ALoadTakesTheNewestReservation) {
+  LoadSlots slots(2, absl::Seconds(1));
+  const LoadSlots::Ticket older = slots.TryReserve(0);
+  const LoadSlots::Ticket newer = slots.TryReserve(5);
+  ASSERT_NE(slots.TryAcquire(10), 0u);
+  EXPECT_EQ(slots.Restart(older, 10), older);  // Kept.
+  EXPECT_EQ(slots.Restart(newer, 10), 0u);     // Taken.
+}
+
+TEST(LoadSlotsTest, AReservationNeverAgesOutButItsRunningLoadDoes) {
+  LoadSlots slots(1, absl::Nanoseconds(100));
+  const LoadSlots::Ticket reserved = slots.TryReserve(0);
+  // Queued for longer than the maximum age: still held, not hung.
+  EXPECT_EQ(slots.TryReserve(1000), 0u);
+  // Started at 1000, it ages from then.
+  EXPECT_EQ(slots.Restart(reserved, 1000), reserved);
+  EXPECT_EQ(slots.TryAcquire(1099), 0u);
+  EXPECT_NE(slots.TryAcquire(1100), 0u);
+}
+
+TEST(LoadSlotsTest, ALoadTakesAHungHoldersSlotBeforeAReservation) {
+  LoadSlots slots(2, absl::Nanoseconds(100));
+  const LoadSlots::Ticket hung = slots.TryAcquire(0);
+  const LoadSlots::Ticket reserved = slots.TryReserve(0);
+  ASSERT_NE(hung, 0u);
+  ASSERT_NE(slots.TryAcquire(100), 0u);
+  EXPECT_EQ(slots.Restart(reserved, 100), reserved);
+}
+
+TEST(LoadSlotsTest, UnlimitedReservesAndRestartsForFree) {
+  LoadSlots slots(0, absl::Seconds(1));
+  const LoadSlots::Ticket reserved = slots.TryReserve(0);
+  EXPECT_NE(reserved, 0u);
+  EXPECT_NE(slots.Restart(reserved, 0), 0u);
 }
 
 }  // namespace

@@ -184,6 +184,20 @@ class PolicyInCache : public ::testing::Test {
         };
   }
 
+  // A loader that returns its key and holds a load of "busy" (counted in
+  // `entered`) until `gate` opens: a load slot taken for as long as a test
+  // needs.
+  static auto BusyLoader(Gate& gate, Counter& entered) {
+    return [&gate,
+            &entered](const std::string& key) -> absl::StatusOr<std::string> {
+      if (key == "busy") {
+        entered.Increment();
+        gate.Wait();
+      }
+      return key;
+    };
+  }
+
   ManualClock clock_;
   ManualExecutor executor_;
   Options options_{.ttl = absl::Seconds(10),
@@ -547,15 +561,8 @@ TEST_F(PolicyInCache, RefreshWithoutAFreeSlotIsSkippedAndRetriedLater) {
   options_.wait_timeout = absl::Minutes(1);
   Gate gate;
   Counter entered;
-  Cache<std::string, std::string, SoftTtl> cache(
-      [&](const std::string& key) -> absl::StatusOr<std::string> {
-        if (key == "busy") {
-          entered.Increment();
-          gate.Wait();
-        }
-        return key;
-      },
-      options_);
+  Cache<std::string, std::string, SoftTtl> cache(BusyLoader(gate, entered),
+                                                 options_);
   ASSERT_TRUE(cache.Get("k").ok());
   clock_.Advance(absl::Seconds(11));
   std::thread busy([&] { EXPECT_TRUE(cache.Get("busy").ok()); });
@@ -574,15 +581,8 @@ TEST_F(PolicyInCache, ForegroundLoadWithoutASlotTimesOut) {
   options_.wait_timeout = absl::ZeroDuration();
   Gate gate;
   Counter entered;
-  Cache<std::string, std::string, SingleFlight> cache(
-      [&](const std::string& key) -> absl::StatusOr<std::string> {
-        if (key == "busy") {
-          entered.Increment();
-          gate.Wait();
-        }
-        return key;
-      },
-      options_);
+  Cache<std::string, std::string, SingleFlight> cache(BusyLoader(gate, entered),
+                                                      options_);
   std::thread busy([&] { EXPECT_TRUE(cache.Get("busy").ok()); });
   ASSERT_TRUE(entered.WaitFor(1));
   EXPECT_EQ(cache.Get("k").status().code(),
@@ -591,6 +591,76 @@ TEST_F(PolicyInCache, ForegroundLoadWithoutASlotTimesOut) {
   gate.Open();
   busy.join();
   EXPECT_EQ(*cache.Get("k"), "k");
+}
+
+TEST_F(PolicyInCache, ALoadThatNeedsASlotTakesTheOneAQueuedRefreshReserved) {
+  options_.max_concurrent_loads = 1;
+  options_.wait_timeout = absl::ZeroDuration();
+  Gate gate;
+  Counter entered;
+  Cache<std::string, std::string, SoftTtl> cache(BusyLoader(gate, entered),
+                                                 options_);
+  ASSERT_TRUE(cache.Get("k").ok());
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(*cache.Get("k"), "k");  // Stale; its refresh reserves the slot.
+  EXPECT_EQ(executor_.pending(), 1u);
+  // Not turned away while the executor has not even started that refresh.
+  EXPECT_EQ(*cache.Get("other"), "other");
+  // The slot is free again when the refresh starts: it runs.
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  EXPECT_EQ(cache.stats().loads, 3u);
+  // Again, but the load that took the reservation still runs when the
+  // refresh starts: the refresh is skipped, and the key stays refreshable.
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(*cache.Get("k"), "k");
+  std::thread busy([&] { EXPECT_EQ(*cache.Get("busy"), "busy"); });
+  ASSERT_TRUE(entered.WaitFor(1));
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  EXPECT_EQ(cache.stats().refreshes_skipped, 1u);
+  EXPECT_EQ(cache.loads_in_flight(), 1u);  // Only "busy".
+  gate.Open();
+  busy.join();
+  EXPECT_EQ(*cache.Get("k"), "k");
+  EXPECT_EQ(executor_.pending(), 1u);  // Asked for again.
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  EXPECT_EQ(cache.stats().loads, 5u);
+}
+
+TEST_F(PolicyInCache, AGetAsyncLoadQueuedBeforeARefreshIsNotStalledByIt) {
+  options_.max_concurrent_loads = 1;
+  options_.wait_timeout = absl::ZeroDuration();
+  Cache<std::string, std::string, SoftTtl> cache(
+      [](const std::string& key) -> absl::StatusOr<std::string> { return key; },
+      options_);
+  ASSERT_TRUE(cache.Get("k").ok());
+  clock_.Advance(absl::Seconds(11));
+  cache.GetAsync("a", [](const absl::StatusOr<std::string>&) {});
+  EXPECT_EQ(*cache.Get("k"), "k");  // Its refresh, queued after "a".
+  // "a" runs first, and takes the refresh's reservation rather than fail
+  // for want of a slot; the refresh then finds the slot free again.
+  EXPECT_EQ(executor_.RunAll(), 2u);
+  EXPECT_EQ(cache.GetIfPresent("a"), "a");
+  EXPECT_EQ(cache.stats().loads, 3u);
+  EXPECT_EQ(cache.stats().refreshes_skipped, 0u);
+}
+
+TEST_F(PolicyInCache, ARefreshQueuedPastTheMaximumLoadAgeStillHoldsItsSlot) {
+  options_.max_concurrent_loads = 1;
+  options_.max_load_age = absl::Seconds(5);
+  Cache<std::string, std::string, SoftTtl> cache(
+      [](const std::string& key) -> absl::StatusOr<std::string> { return key; },
+      options_);
+  ASSERT_TRUE(cache.Get("k").ok());
+  ASSERT_TRUE(cache.Get("k2").ok());
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(*cache.Get("k"), "k");  // Its refresh reserves the only slot.
+  // Queued longer than max_load_age: not a hung load, so its slot is not
+  // given to the next refresh (two would then run with a limit of one).
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(*cache.Get("k2"), "k2");
+  EXPECT_EQ(cache.stats().refreshes_skipped, 1u);
+  EXPECT_EQ(executor_.RunAll(), 1u);
+  EXPECT_EQ(cache.stats().loads, 3u);
 }
 
 }  // namespace

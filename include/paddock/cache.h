@@ -554,6 +554,18 @@ class Cache {
   // The same for a copy of `result`, or for an error if copying it throws.
   void PublishCopyTo(Flight& flight, const absl::StatusOr<V>& result) noexcept;
   // Complete()'s store: returns whether anyone joined the load.
+  // After StoreOutcome threw: unregisters the load if still registered and,
+  // for a refresh, leaves the entry it was refreshing refreshable again.
+  void EndUnstored(Load& load) noexcept;
+  // Unregisters a refresh that stores nothing and unmarks its entry, if no
+  // write superseded it; with `unless_joined`, only if nobody joined it
+  // (returns false, changing nothing, if someone did). May throw (a key
+  // comparison).
+  bool EndRefreshUnstored(const Load& load, bool unless_joined);
+  // A refresh about to start without a load slot: if nobody waits for it,
+  // ends it (counted in refreshes_skipped; the entry is refreshable again)
+  // and returns true; else returns false, and it waits for a slot.
+  bool SkipRefresh(const Load& load) noexcept;
   bool StoreOutcome(Load& load, Outcome& outcome, bool loader_ran,
                     int64_t started, int64_t finished);
   // A caller's result from a load's outcome; counts a stale fallback.
@@ -725,6 +737,13 @@ class Cache<K, V, P, H, E>::LoadTask {
       cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
                        /*loader_ran=*/false, now, now);
       return;
+    }
+    if (kind_ == LoadKind::kRefresh && load.slot != 0) {
+      // Its slot was reserved when it was queued; a load that needed one may
+      // have taken it since. Skipped if none is free (it is only a refresh)
+      // and nobody waits for it.
+      load.slot = cache_->slots_.Restart(load.slot, cache_->NowNanos());
+      if (load.slot == 0 && cache_->SkipRefresh(load)) return;
     }
     if (load.slot == 0) {
       load.slot = cache_->slots_.AcquireFor(
@@ -1339,7 +1358,17 @@ typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::ResultOf(const Answer& answer) {
   if (answer.served == Answer::Served::kNegative) return answer.entry->error();
-  return answer.entry->value();
+  if (!answer.refresh) return answer.entry->value();
+  // Examine marked the entry for the refresh this caller was to start: if
+  // the copy throws, no refresh comes, so the mark must go too (else the
+  // key is served stale, never refreshed, until keep_for runs out).
+  try {
+    return answer.entry->value();
+  } catch (...) {
+    const_cast<Entry*>(answer.entry)
+        ->refreshing.store(false, std::memory_order_relaxed);
+    throw;
+  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1438,9 +1467,10 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
             }
             lead = true;
           } else if (flight->TryClaim(now)) {
-            // A refresh still queued on the executor: run it here rather than
-            // wait for the executor, which may be busy with this very caller.
-            kind = LoadKind::kRefresh;
+            // A load still queued on the executor (a refresh, which reserved
+            // a slot, or a GetAsync caller's): run it here rather than wait
+            // for the executor, which may be busy with this very caller.
+            if (flight->slot() != 0) kind = LoadKind::kRefresh;
             lead = true;
           } else {
             flight->Join();
@@ -1489,8 +1519,11 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
   if (pending_registered && starts_now) {
     return LeadPending(shard, key, hash, pending, start);
   }
+  // A claimed refresh's reservation, if no load took it; else Lead waits
+  // for a slot, as this caller needs the value.
   const internal::LoadSlots::Ticket slot =
-      kind == LoadKind::kRefresh ? flight->slot() : 0;
+      kind == LoadKind::kRefresh ? slots_.Restart(flight->slot(), NowNanos())
+                                 : 0;
   Load load{key, hash, std::move(flight), kind, slot};
   if (pending_registered) load.pending = &pending;
   // The general path times its load by the precise clock: from `now` only
@@ -1982,20 +2015,8 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   // threw before it was unregistered), nobody joins or waits for it again.
   // (An uncoalesced load's registration is shared with the key's other
   // loads and waited on by nobody: it is left alone.)
-  if (internal::PendingLoad<Flight>* pending = load.pending) {
-    if (!stored) {
-      // Still registered, perhaps: unregistered here, so that its flight
-      // (if anyone joined) is final and nobody joins it after this.
-      Shard& shard = ShardFor(load.hash);
-      Writer w(shard);
-      if constexpr (P::kCoalesceLoads) {
-        shard.ForgetPending(w, pending);
-      } else {
-        shard.ForgetRunner(w, pending);
-      }
-    }
-    pending->completed = true;
-  }
+  if (!stored) EndUnstored(load);
+  if (load.pending != nullptr) load.pending->completed = true;
   if constexpr (P::kCoalesceLoads) {
     if (Flight* flight = FlightOf(load); flight == nullptr) {
       // A pending load nobody joined: nothing to publish.
@@ -2007,6 +2028,66 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   }
   if (load.delivery != nullptr) PublishTo(*load.delivery, outcome);
   return outcome;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::EndUnstored(Load& load) noexcept {
+  if (internal::PendingLoad<Flight>* pending = load.pending) {
+    // Still registered, perhaps: unregistered here, so that its flight (if
+    // anyone joined) is final and nobody joins it after this.
+    Shard& shard = ShardFor(load.hash);
+    Writer w(shard);
+    if constexpr (P::kCoalesceLoads) {
+      shard.ForgetPending(w, pending);
+    } else {
+      shard.ForgetRunner(w, pending);
+    }
+  } else if (load.kind == LoadKind::kRefresh) {
+    try {
+      EndRefreshUnstored(load, /*unless_joined=*/false);
+    } catch (...) {
+      // A key comparison threw: the flight, published next, is done all the
+      // same; the entry stays marked until keep_for runs out.
+    }
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+bool Cache<K, V, P, H, E>::EndRefreshUnstored(const Load& load,
+                                              bool unless_joined) {
+  Shard& shard = ShardFor(load.hash);
+  internal::EpochGuard guard;
+  Writer w(shard);
+  // Joined under this lock: once unregistered, nobody joins any more.
+  if (unless_joined && load.flight->joined() > 0) return false;
+  // Still registered means nothing superseded the refresh: the key's entry
+  // is the one Examine marked for it, and no refresh of it is coming. (An
+  // uncoalesced registration is left to the loads sharing it.) Unmarked
+  // under the lock that unregisters, so that a new refresh cannot start in
+  // between and lose its own mark.
+  if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
+                         /*drop=*/P::kCoalesceLoads)) {
+    if (Entry* current = shard.Find(load.hash, load.key, eq_)) {
+      current->refreshing.store(false, std::memory_order_relaxed);
+    }
+  }
+  return true;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+bool Cache<K, V, P, H, E>::SkipRefresh(const Load& load) noexcept {
+  if constexpr (!P::kCoalesceLoads) {
+    return false;  // Its registration may be shared: it waits for a slot.
+  } else {
+    try {
+      if (!EndRefreshUnstored(load, /*unless_joined=*/true)) return false;
+    } catch (...) {
+      return false;  // A key comparison threw: it ends the usual way.
+    }
+    load.flight->Abandon();
+    recorder_.RefreshSkipped();
+    return true;
+  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2116,8 +2197,9 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
       joined = flight != nullptr && flight->joined() > 0;
       if (own && fresh != nullptr) {
         evicted = shard.Store(w, current, std::move(fresh), finished);
-      } else if (own && current != nullptr && !outcome.value.ok()) {
-        // Eligible for the next refresh: never wedged by one failure.
+      } else if (own && current != nullptr) {
+        // Nothing stored (a failure, or a fill that lost the shared tier's
+        // lease): eligible for the next refresh, never wedged by this one.
         current->refreshing.store(false, std::memory_order_relaxed);
       }
     }
@@ -2205,7 +2287,7 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
       // `n` stays marked, so its later hits do not come here again.
       std::move(refreshable).Cancel();
       unneeded = true;
-    } else if (const internal::LoadSlots::Ticket slot = slots_.TryAcquire(now);
+    } else if (const internal::LoadSlots::Ticket slot = slots_.TryReserve(now);
                slot == 0) {
       const_cast<Entry*>(n)->refreshing.store(false, std::memory_order_relaxed);
       skipped = true;

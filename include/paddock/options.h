@@ -61,7 +61,10 @@ struct Options {
   // The most loader calls the cache runs at once, foreground and background
   // together; 0 means no limit. A caller that needs a load waits for a slot
   // within `wait_timeout`; a background refresh that finds none is skipped and
-  // tried again on a later hit.
+  // tried again on a later hit. A refresh reserves its slot when it is queued
+  // on the executor; a load that finds no slot free takes such a reservation
+  // rather than wait behind a refresh that has not started (the refresh is
+  // then skipped if no slot is free when it starts).
   int max_concurrent_loads = 0;
 
   // A load running longer than this stops blocking its key: the next caller

@@ -42,8 +42,9 @@ struct Stats {
   uint64_t negative_hits = 0;
   // `Get` calls that received a stale value instead of an error or a timeout.
   uint64_t stale_fallbacks = 0;
-  // Background refreshes not started for lack of a load slot
-  // (`Options::max_concurrent_loads`); a later hit tries again.
+  // Background refreshes not run for lack of a load slot
+  // (`Options::max_concurrent_loads`), when asked for or, their reserved slot
+  // taken by a load, when about to start; a later hit tries again.
   uint64_t refreshes_skipped = 0;
   // Loads answered from the shared tier (`Options::shared`), fresh or stale,
   // without calling the loader.

@@ -11,7 +11,8 @@
 // policy.h, docs/design.md), as plain sequential code: where an entry's
 // timestamps come from, when a value is served, served stale, served while
 // refreshed, or loaded; coalescing, negative caching, stale fallbacks, load
-// slots and max_load_age; what Put, Invalidate and InvalidateAll do to a load
+// slots (with a queued refresh's reservation, which a load may take) and
+// max_load_age; what Put, Invalidate and InvalidateAll do to a load
 // in flight; a background refresh still queued on the executor claimed and
 // run by a caller that needs the value. Two things it borrows instead of
 // restating:
@@ -253,8 +254,14 @@ class CacheModel {
     const Task task = queue_.front();
     queue_.pop_front();
     if (Claim(*task.flight)) {
-      RunLoad(task.key, task.flight.get(), /*refresh=*/true, 0,
-              task.flight->slot);
+      // Nobody can have joined it (no caller waits here): without a slot it
+      // is skipped, and its entry is refreshable again.
+      const uint64_t slot = RestartSlot(task.flight->slot);
+      if (slot == kNoSlot) {
+        SkipRefresh(task.key, task.flight.get());
+      } else {
+        RunLoad(task.key, task.flight.get(), /*refresh=*/true, 0, slot);
+      }
     }
     return true;
   }
@@ -324,7 +331,8 @@ class CacheModel {
                       " slot=", t.flight->slot, "\n");
     }
     for (const auto& [ticket, at] : slots_) {
-      absl::StrAppend(&out, "  slot ", ticket, " since ", at, "\n");
+      absl::StrAppend(&out, "  slot ", ticket, " since ", at.since,
+                      at.reserved ? " reserved" : "", "\n");
     }
     return out;
   }
@@ -446,12 +454,19 @@ class CacheModel {
       auto it = in_flight_.find(key);
       if (it != in_flight_.end() && Live(*it->second)) {
         if (Claim(*it->second)) {
-          // A refresh still queued: this caller runs it now, with its slot,
-          // storing as a refresh does, and is answered as a foreground
-          // caller. Its task will find it done.
+          // A refresh still queued: this caller runs it now, with its slot
+          // (or, if a load took that, any it can take), storing as a refresh
+          // does, and is answered as a foreground caller. Its task will find
+          // it done.
           flight = it->second;
-          return Serve(
-              RunLoad(key, flight.get(), /*refresh=*/true, 0, flight->slot));
+          uint64_t slot = RestartSlot(flight->slot);
+          if (slot == kNoSlot) slot = TakeSlot(Take::kLoad);
+          if (slot == kNoSlot) {
+            return Serve(Finish(key, flight.get(), 0, /*refresh=*/true,
+                                absl::DeadlineExceededError(""),
+                                /*loader_ran=*/false, now_, now_));
+          }
+          return Serve(RunLoad(key, flight.get(), /*refresh=*/true, 0, slot));
         }
         // Joins a load that cannot finish while we wait: wait_timeout = 0.
         ++stats_.coalesced_waits;
@@ -468,7 +483,7 @@ class CacheModel {
     } else {
       writes_seen = writes_;
     }
-    const uint64_t slot = TakeSlot();
+    const uint64_t slot = TakeSlot(Take::kLoad);
     if (slot == kNoSlot) {
       return Serve(Finish(key, flight.get(), writes_seen, /*refresh=*/false,
                           absl::DeadlineExceededError(""),
@@ -483,7 +498,7 @@ class CacheModel {
     if (it != in_flight_.end() && Live(*it->second)) {
       return;  // One load per key; it replaces `e` when it stores.
     }
-    const uint64_t slot = TakeSlot();
+    const uint64_t slot = TakeSlot(Take::kReservation);
     if (slot == kNoSlot) {
       e->refreshing = false;  // Tried again on a later hit.
       ++stats_.refreshes_skipped;
@@ -663,28 +678,62 @@ class CacheModel {
     table_.erase(e->key);  // Frees `e`.
   }
 
-  // Load slots: `max_concurrent_loads` at once; a slot held longer than
-  // max_load_age stops counting against the limit.
-  uint64_t TakeSlot() {
+  // A queued refresh that found no slot when it was to start: it ends, and
+  // its entry (if the refresh is still the key's load) is refreshable.
+  void SkipRefresh(const std::string& key, const Flight* flight) {
+    ++stats_.refreshes_skipped;
+    auto it = in_flight_.find(key);
+    if (it == in_flight_.end() || it->second.get() != flight) return;
+    in_flight_.erase(it);
+    if (Entry* e = Find(key); e != nullptr) e->refreshing = false;
+  }
+
+  // Load slots: `max_concurrent_loads` at once. A slot a running load holds
+  // longer than max_load_age stops counting against the limit. A refresh
+  // reserves one when it is queued; a reservation never ages, and a load
+  // that finds no slot free takes the newest one.
+  enum class Take { kLoad, kReservation, kStart };
+  uint64_t TakeSlot(Take take) {
     if (options_.max_concurrent_loads == 0) return kUnlimitedSlot;
     if (slots_.size() >= static_cast<size_t>(options_.max_concurrent_loads)) {
-      auto oldest = slots_.begin();
+      auto oldest = slots_.end();
+      auto newest_reserved = slots_.end();
       int ties = 0;
       for (auto it = slots_.begin(); it != slots_.end(); ++it) {
-        if (it->second < oldest->second) {
+        if (it->second.reserved) {
+          newest_reserved = it;  // Tickets ascend.
+        } else if (oldest == slots_.end() ||
+                   it->second.since < oldest->second.since) {
           oldest = it;
           ties = 0;
-        } else if (it != oldest && it->second == oldest->second) {
+        } else if (it->second.since == oldest->second.since) {
           ++ties;
         }
       }
-      if (now_ - oldest->second < max_load_age_) return kNoSlot;
-      if (ties > 0) ambiguous_ = true;
-      slots_.erase(oldest);
+      if (oldest != slots_.end() &&
+          now_ - oldest->second.since >= max_load_age_) {
+        if (ties > 0) ambiguous_ = true;
+        slots_.erase(oldest);
+      } else if (take == Take::kLoad && newest_reserved != slots_.end()) {
+        slots_.erase(newest_reserved);
+      } else {
+        return kNoSlot;
+      }
     }
     const uint64_t ticket = ++slot_tickets_;
-    slots_.emplace(ticket, now_);
+    slots_.emplace(ticket, SlotHolder{now_, take == Take::kReservation});
     return ticket;
+  }
+
+  // A refresh starts: its reservation, running from now, or if a load took
+  // it, a free slot (never another reservation), or kNoSlot.
+  uint64_t RestartSlot(uint64_t slot) {
+    if (slot == kUnlimitedSlot) return slot;
+    if (auto it = slots_.find(slot); it != slots_.end()) {
+      it->second = {now_, false};
+      return slot;
+    }
+    return TakeSlot(Take::kStart);
   }
 
   void ReleaseSlot(uint64_t slot) {
@@ -706,7 +755,11 @@ class CacheModel {
   std::map<std::string, uint64_t> last_write_;
   uint64_t last_clear_ = 0;
   std::deque<Task> queue_;
-  std::map<uint64_t, int64_t> slots_;  // Ticket -> taken at.
+  struct SlotHolder {
+    int64_t since;  // Taken, or (reserved) started, at.
+    bool reserved;  // By a queued refresh.
+  };
+  std::map<uint64_t, SlotHolder> slots_;  // By ticket.
   uint64_t slot_tickets_ = 0;
   bool ambiguous_ = false;
 

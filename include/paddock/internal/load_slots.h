@@ -2,10 +2,17 @@
 // -----------------------------------------------------------------------------
 // `LoadSlots`: a counting semaphore bounding the loader calls a cache runs at
 // once (`Options::max_concurrent_loads`). A limit of 0 means unlimited and
-// costs nothing. A holder older than the maximum load age no longer counts
-// against the limit, so one hung loader cannot starve every other key: a
-// waiter is woken when a slot is released and also looks again when the
+// costs nothing. A running holder older than the maximum load age no longer
+// counts against the limit, so one hung loader cannot starve every other key:
+// a waiter is woken when a slot is released and also looks again when the
 // oldest holder reaches that age.
+//
+// A background refresh reserves its slot when it is queued (TryReserve) and
+// starts holding it when it runs (Restart). A reservation is not a load: it
+// never ages out, and a load that needs a slot and finds none free takes one
+// (the newest) rather than wait, or fail, behind refreshes an executor has
+// not started. The refresh then finds its reservation gone when it starts,
+// and runs only if a slot is free by then.
 
 #ifndef PADDOCK_INTERNAL_LOAD_SLOTS_H_
 #define PADDOCK_INTERNAL_LOAD_SLOTS_H_
@@ -33,12 +40,35 @@ class LoadSlots {
   LoadSlots(int limit, absl::Duration max_age)
       : limit_(limit), max_age_(ToNanosSaturated(max_age)) {}
 
-  // Takes a slot if one is free at `now` (cache-clock nanoseconds). Never
-  // blocks. Thread-safe.
+  // Takes a slot if one is free at `now` (cache-clock nanoseconds), taking a
+  // reservation's if none is. Returns 0 if none can be taken. Never blocks.
+  // Thread-safe.
   Ticket TryAcquire(int64_t now) {
     if (limit_ == 0) return kUnlimited;
     MutexLock lock(&mu_);
-    return TakeLocked(now);
+    return TakeLocked(now, Take::kLoad);
+  }
+
+  // Reserves a free slot for a load that is queued, not yet running; never
+  // takes another's. Returns 0 if none is free. Never blocks. Thread-safe.
+  Ticket TryReserve(int64_t now) {
+    if (limit_ == 0) return kUnlimited;
+    MutexLock lock(&mu_);
+    return TakeLocked(now, Take::kReservation);
+  }
+
+  // A reserved load starts at `now`: returns `ticket`, now a running holder
+  // from `now`, or, if a load took the reservation meanwhile, a free slot
+  // (never another's reservation), or 0 if none is free. Never blocks.
+  // Thread-safe.
+  Ticket Restart(Ticket ticket, int64_t now) {
+    if (limit_ == 0) return kUnlimited;
+    MutexLock lock(&mu_);
+    if (auto it = holders_.find(ticket); it != holders_.end()) {
+      it->second = {now, /*reserved=*/false};
+      return ticket;
+    }
+    return TakeLocked(now, Take::kStart);
   }
 
   // Takes a slot, waiting up to `timeout` (real time) for one; `now()` reads
@@ -50,8 +80,8 @@ class LoadSlots {
     return AcquireForLimited(timeout, now);
   }
 
-  // Returns a slot. A slot taken away from a too-old holder is not returned
-  // twice. Thread-safe.
+  // Returns a slot (or a reservation). One taken away from a too-old holder,
+  // or a reservation taken by a load, is not returned twice. Thread-safe.
   void Release(Ticket ticket) {
     if (limit_ == 0 || ticket == 0) return;
     {
@@ -73,7 +103,8 @@ class LoadSlots {
     MutexLock lock(&mu_);
     for (;;) {
       const int64_t cache_now = now();
-      if (const Ticket ticket = TakeLocked(cache_now); ticket != 0) {
+      if (const Ticket ticket = TakeLocked(cache_now, Take::kLoad);
+          ticket != 0) {
         return ticket;
       }
       const SteadyClock::time_point steady_now = SteadyClock::now();
@@ -96,25 +127,52 @@ class LoadSlots {
   static constexpr Ticket kUnlimited = 1;
   static constexpr std::chrono::milliseconds kRecheck{100};
 
-  // When the oldest holder took its slot; requires a full set of holders.
+  struct Holder {
+    int64_t since;  // When it took the slot or, reserved, started.
+    bool reserved;  // Queued, not running: never ages out; a load takes it.
+  };
+  // kLoad: a load that runs now, which may take a reservation.
+  // kReservation: a queued load's reservation. kStart: a queued load that
+  // lost its reservation and starts now.
+  enum class Take { kLoad, kReservation, kStart };
+
+  // When the oldest running holder took its slot, or the maximum if none.
   int64_t OldestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     int64_t oldest = std::numeric_limits<int64_t>::max();
-    for (const auto& [ticket, since] : holders_)
-      oldest = std::min(oldest, since);
+    for (const auto& [ticket, holder] : holders_) {
+      if (!holder.reserved) oldest = std::min(oldest, holder.since);
+    }
     return oldest;
   }
 
-  Ticket TakeLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  Ticket TakeLocked(int64_t now, Take take) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (holders_.size() >= static_cast<size_t>(limit_)) {
-      auto oldest = holders_.begin();
+      // A hung load first: it stops counting against the limit. Then, for a
+      // load, the newest reservation (the oldest is the likeliest to start
+      // soon). Tickets only grow, so the newest has the largest.
+      auto oldest = holders_.end();
+      auto newest_reserved = holders_.end();
       for (auto it = holders_.begin(); it != holders_.end(); ++it) {
-        if (it->second < oldest->second) oldest = it;
+        if (it->second.reserved) {
+          if (newest_reserved == holders_.end() ||
+              it->first > newest_reserved->first) {
+            newest_reserved = it;
+          }
+        } else if (oldest == holders_.end() ||
+                   it->second.since < oldest->second.since) {
+          oldest = it;
+        }
       }
-      if (now - oldest->second < max_age_) return 0;
-      holders_.erase(oldest);  // Hung: stops counting against the limit.
+      if (oldest != holders_.end() && now - oldest->second.since >= max_age_) {
+        holders_.erase(oldest);
+      } else if (take == Take::kLoad && newest_reserved != holders_.end()) {
+        holders_.erase(newest_reserved);
+      } else {
+        return 0;
+      }
     }
     const Ticket ticket = next_ticket_++;
-    holders_.emplace(ticket, now);
+    holders_.emplace(ticket, Holder{now, take == Take::kReservation});
     return ticket;
   }
 
@@ -122,7 +180,7 @@ class LoadSlots {
   const int64_t max_age_;
   Mutex mu_;
   std::condition_variable cv_;
-  absl::flat_hash_map<Ticket, int64_t> holders_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Ticket, Holder> holders_ ABSL_GUARDED_BY(mu_);
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t releases_ ABSL_GUARDED_BY(mu_) = 0;
 };
