@@ -92,10 +92,15 @@ void AsyncWaiters::RunTimer() {
         if (due != nullptr) break;
       }
     }
-    // Outside the lock: expiring runs the waiter's callback.
+    // Outside the lock: expiring runs the waiter's callback. One whose
+    // cache is closing is left to CancelAll, which joins this thread before
+    // it cancels what is pending.
     if (due->Claim()) {
-      Remove(due.get());
-      due->Expire();
+      if (due->Expire()) {
+        Remove(due.get());
+      } else {
+        due->Unclaim();
+      }
     }
   }
 }

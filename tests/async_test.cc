@@ -248,6 +248,40 @@ TEST_F(AsyncTest, DestroyingTheCacheCancelsEveryPendingWaiterOnce) {
   EXPECT_EQ(loads_, 0);
 }
 
+TEST_F(AsyncTest, AWaiterTimingOutDuringDestructionIsCancelledOnItsThread) {
+  // ~Cache waits for a running load; meanwhile the timeout of a waiter whose
+  // load is still queued behind it falls due. The destructor cancels that
+  // waiter, on its own thread, not the timer thread.
+  ThreadPool pool(1);
+  options_.executor = &pool;
+  options_.wait_timeout = absl::Milliseconds(100);
+  Gate release;
+  Counter loading;
+  auto cache = std::make_unique<StringCache>(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        loading.Increment();
+        release.Wait();
+        return k;
+      },
+      options_);
+  cache->GetAsync("running", [](const absl::StatusOr<std::string>&) {});
+  ASSERT_TRUE(loading.WaitFor(1));
+  Results queued;
+  cache->GetAsync("queued", queued.Callback());  // Behind it on the pool.
+  std::thread::id destroyer;
+  std::thread destroy([&] {
+    destroyer = std::this_thread::get_id();
+    cache.reset();
+  });
+  // Past the waiter's deadline while ~Cache waits for the running load.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  release.Open();
+  destroy.join();
+  ASSERT_EQ(queued.size(), 1u);
+  EXPECT_EQ(queued.results()[0].status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(queued.threads()[0], destroyer);
+}
+
 TEST_F(AsyncTest, ACallbackThatThrowsDoesNotHurtTheOthers) {
   StringCache cache(Loader(), options_);
   Results results;

@@ -802,9 +802,9 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
     }
   }
 
-  void Expire() override {
+  bool Expire() override {
     const internal::Lifeline::Pass pass = lifeline_->Enter();
-    if (!pass) return Cancel();
+    if (!pass) return false;  // ~Cache cancels it, on its own thread.
     absl::StatusOr<V> result = absl::InternalError("paddock: timed out");
     try {
       result = cache_->TimedOut(key_, hash_);
@@ -812,6 +812,7 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
       // A copy of V threw: the caller gets the timeout's Internal error.
     }
     Run(std::move(result));
+    return true;
   }
 
   void Cancel() override {

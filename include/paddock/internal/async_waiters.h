@@ -35,13 +35,18 @@ class AsyncWaiterBase {
   AsyncWaiterBase(const AsyncWaiterBase&) = delete;
   AsyncWaiterBase& operator=(const AsyncWaiterBase&) = delete;
 
-  // Takes the right to complete this waiter. True for exactly one caller.
+  // Takes the right to complete this waiter. True for exactly one caller
+  // (until that caller gives it back with Unclaim).
   bool Claim() { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+  // Gives back a claim that completed nothing.
+  void Unclaim() { claimed_.store(false, std::memory_order_release); }
   bool claimed() const { return claimed_.load(std::memory_order_acquire); }
   SteadyTime deadline() const { return deadline_; }
 
-  // Completes a claimed waiter whose wait timed out.
-  virtual void Expire() = 0;
+  // Completes a claimed waiter whose wait timed out and returns true; or,
+  // if its cache is being destroyed, does nothing and returns false (the
+  // destructor cancels it, on its own thread).
+  virtual bool Expire() = 0;
   // Completes a claimed waiter whose cache is being destroyed.
   virtual void Cancel() = 0;
 
@@ -68,8 +73,8 @@ class AsyncWaiters {
   // Forgets `w` (completed by its claimer).
   void Remove(const AsyncWaiterBase* w);
 
-  // Claims and cancels every waiter still pending, on the calling thread,
-  // and stops the timer. Returns how many were cancelled.
+  // Stops the timer, then claims and cancels every waiter still pending, on
+  // the calling thread. Returns how many were cancelled.
   size_t CancelAll();
 
   size_t pending() const;
