@@ -98,6 +98,11 @@ void ChangeFeed::DrainWakeFd() {
   }
 }
 
+bool ChangeFeed::Readable(int fd) {
+  pollfd socket = {.fd = fd, .events = POLLIN, .revents = 0};
+  return poll(&socket, 1, 0) > 0 && (socket.revents & POLLIN) != 0;
+}
+
 bool ChangeFeed::Sleep(absl::Duration timeout) {
   pollfd wake = {.fd = wake_fd_, .events = POLLIN, .revents = 0};
   poll(&wake, 1, PollMillis(timeout));
@@ -200,6 +205,10 @@ void ChangeFeed::Run() {
 
     const absl::Time now = MonotonicNow();
     if (pong_due.has_value() && now >= *pong_due) {
+      // Late by this thread's own doing (a slow subscriber held it) if
+      // anything is waiting on the socket: the pong may be there, read it
+      // first. Only a silent socket past the deadline is a loss.
+      if (Readable(connection_->fd())) continue;
       lose();  // Redis stopped answering (hung, paused, or a dead link).
     } else if (!pong_due.has_value() && now >= next_ping) {
       const std::string_view ping[] = {"PING"};

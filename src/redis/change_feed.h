@@ -64,6 +64,8 @@ class ChangeFeed {
   // Handles one reply on the subscribed connection. Returns false if it
   // says the subscription is broken; sets *pong for a ping's answer.
   bool Handle(const redisReply& reply, bool* pong);
+  // Whether `fd` has something to read now. Never blocks.
+  static bool Readable(int fd);
   // Sleeps up to `timeout` or until Stop. Returns false when stopping.
   bool Sleep(absl::Duration timeout);
   void DrainWakeFd();

@@ -288,6 +288,36 @@ TEST_F(RedisTierFaultTest, AHungServerCostsTheSubscriptionWhichComesBack) {
   EXPECT_EQ(subscriber.missed(), 1);
 }
 
+// Slow to take each invalidation.
+class SlowSubscriber : public CountingSubscriber {
+ public:
+  void OnInvalidate(std::string_view key) override {
+    absl::SleepFor(absl::Milliseconds(120));
+    CountingSubscriber::OnInvalidate(key);
+  }
+};
+
+TEST_F(RedisTierFaultTest, ASlowSubscriberIsNotASubscriptionLoss) {
+  // Pings fall due while the feed's thread is busy delivering: their pongs
+  // wait on the socket, late only by the subscriber's doing.
+  RedisOptions options = Options();
+  options.health_check_interval = absl::Milliseconds(20);
+  std::shared_ptr<RedisTier> tier = Connect(options);
+  std::shared_ptr<RedisTier> other = Connect(Options());
+  ASSERT_NE(tier, nullptr);
+  ASSERT_NE(other, nullptr);
+  SlowSubscriber subscriber;
+  auto subscription = tier->Subscribe(&subscriber);
+  constexpr int kChanges = 12;
+  for (int i = 0; i < kChanges; ++i) {
+    ASSERT_TRUE(other->Invalidate(absl::StrCat("k", i), 0).ok());
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  ASSERT_TRUE(subscriber.WaitForInvalidations(kChanges, absl::Seconds(20)));
+  EXPECT_EQ(tier->stats().subscription_losses, 0u);
+  EXPECT_EQ(subscriber.missed(), 0);
+}
+
 TEST_F(RedisTierFaultTest, DroppedConnectionsAreReplaced) {
   std::shared_ptr<RedisTier> tier = Connect(Options());
   ASSERT_NE(tier, nullptr);
