@@ -113,9 +113,17 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
         absl::StrCat(Prefix(address.text), "cannot allocate a connection"));
   }
   if (context->err != 0) {
-    const std::string reason = context->errstr;
+    std::string reason = context->errstr;
+    // hiredis reports a connect that ran out of time as ETIMEDOUT. EAGAIN
+    // is no timeout: a unix socket whose listen queue is full refuses at
+    // once (and a TCP connect finds no local port free).
     const bool timed_out =
-        context->err == REDIS_ERR_IO && IsTimeoutErrno(saved_errno);
+        context->err == REDIS_ERR_IO &&
+        (saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS);
+    if (context->err == REDIS_ERR_IO && saved_errno == EAGAIN &&
+        address.is_unix()) {
+      absl::StrAppend(&reason, " (the server's listen queue is full)");
+    }
     redisFree(context);
     if (timed_out) {
       return absl::DeadlineExceededError(

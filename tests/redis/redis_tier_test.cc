@@ -206,6 +206,42 @@ TEST(RedisTierConnectTest, RefusedUnixSocketIsUnavailable) {
   rmdir(dir);
 }
 
+TEST(RedisTierConnectTest, AUnixSocketWithAFullListenQueueIsUnavailable) {
+  // A server that never accepts: once its queue is full, a connect fails at
+  // once, which is no timeout.
+  char dir[] = "/tmp/paddock-backlog-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/redis.sock";
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 0), 0);
+  std::vector<int> queued;
+  for (int i = 0; i < 64; ++i) {
+    const int client = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(client, 0);
+    queued.push_back(client);
+    if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
+        0) {
+      break;  // Full.
+    }
+  }
+
+  RedisOptions options;
+  options.address = "unix:" + path;
+  absl::StatusOr<std::shared_ptr<RedisTier>> tier = RedisTier::Connect(options);
+  EXPECT_EQ(tier.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(tier.status().message(), HasSubstr(options.address));
+  EXPECT_THAT(tier.status().message(), HasSubstr("listen queue is full"));
+  for (int client : queued) close(client);
+  close(fd);
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
 TEST(RedisTierConnectTest, RefusedTcpPortIsUnavailable) {
   // An ephemeral port bound (so nobody else takes it) but not listening.
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
