@@ -24,7 +24,7 @@ void AsyncWaiters::Add(const std::shared_ptr<AsyncWaiterBase>& w) {
     }
     w->id_ = next_id_++;
     pending_.emplace(w->id_, w);
-    if (timed) timers_.push(Timer{w->deadline(), w});
+    if (timed) timers_.push(Timer{w->deadline(), w->id_});
   }
   if (timed) cv_.notify_one();
 }
@@ -85,11 +85,12 @@ void AsyncWaiters::RunTimer() {
           continue;
         }
         timers_.pop();
-        // Even if answered already, it leaves the lock with `due`: this may
-        // be its last reference, and its key and callback must not die
-        // under the lock.
-        due = next.waiter.lock();
-        if (due != nullptr) break;
+        // Still pending (not answered, nor given up by ~Cache): a second
+        // reference, so that nothing of it dies under the lock.
+        if (auto it = pending_.find(next.id); it != pending_.end()) {
+          due = it->second;
+          break;
+        }
       }
     }
     // Outside the lock: expiring runs the waiter's callback. One whose

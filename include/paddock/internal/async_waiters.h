@@ -80,9 +80,11 @@ class AsyncWaiters {
   size_t pending() const;
 
  private:
+  // By id, not by pointer: a waiter answered before its deadline is freed
+  // then (a weak_ptr here would keep its allocation until the deadline).
   struct Timer {
     AsyncWaiterBase::SteadyTime deadline;
-    std::weak_ptr<AsyncWaiterBase> waiter;
+    uint64_t id;
     bool operator>(const Timer& other) const {
       return deadline > other.deadline;
     }
