@@ -553,7 +553,6 @@ class Cache {
   void PublishTo(Flight& flight, const Outcome& outcome) noexcept;
   // The same for a copy of `result`, or for an error if copying it throws.
   void PublishCopyTo(Flight& flight, const absl::StatusOr<V>& result) noexcept;
-  // Complete()'s store: returns whether anyone joined the load.
   // After StoreOutcome threw: unregisters the load if still registered and,
   // for a refresh, leaves the entry it was refreshing refreshable again.
   void EndUnstored(Load& load) noexcept;
@@ -566,6 +565,7 @@ class Cache {
   // ends it (counted in refreshes_skipped; the entry is refreshable again)
   // and returns true; else returns false, and it waits for a slot.
   bool SkipRefresh(const Load& load) noexcept;
+  // Complete()'s store: returns whether anyone joined the load.
   bool StoreOutcome(Load& load, Outcome& outcome, bool loader_ran,
                     int64_t started, int64_t finished);
   // A caller's result from a load's outcome; counts a stale fallback.

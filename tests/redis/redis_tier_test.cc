@@ -183,63 +183,81 @@ TEST(RedisTierConnectTest, MissingSocketIsUnavailableNamingAddressAndReason) {
   EXPECT_THAT(tier.status().message(), HasSubstr("No such file"));
 }
 
+// A unix socket bound in a temporary directory of its own, with nobody
+// accepting on it; removed with the directory when destroyed.
+class BoundUnixSocket {
+ public:
+  BoundUnixSocket() {
+    char dir[] = "/tmp/paddock-sock-XXXXXX";
+    if (mkdtemp(dir) == nullptr) return;
+    dir_ = dir;
+    path_ = dir_ + "/redis.sock";
+    addr_.sun_family = AF_UNIX;
+    path_.copy(addr_.sun_path, sizeof(addr_.sun_path) - 1);
+    fd_ = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd_ >= 0 && bind(fd_, address(), address_size()) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  BoundUnixSocket(const BoundUnixSocket&) = delete;
+  BoundUnixSocket& operator=(const BoundUnixSocket&) = delete;
+  ~BoundUnixSocket() {
+    if (fd_ >= 0) close(fd_);
+    if (!path_.empty()) unlink(path_.c_str());
+    if (!dir_.empty()) rmdir(dir_.c_str());
+  }
+
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  std::string redis_address() const { return "unix:" + path_; }
+  const sockaddr* address() const {
+    return reinterpret_cast<const sockaddr*>(&addr_);
+  }
+  socklen_t address_size() const { return sizeof(addr_); }
+
+ private:
+  std::string dir_;
+  std::string path_;
+  sockaddr_un addr_ = {};
+  int fd_ = -1;
+};
+
 TEST(RedisTierConnectTest, RefusedUnixSocketIsUnavailable) {
   // A bound socket nobody listens on refuses connections.
-  char dir[] = "/tmp/paddock-refused-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/redis.sock";
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-
+  const BoundUnixSocket server;
+  ASSERT_TRUE(server.ok());
   RedisOptions options;
-  options.address = "unix:" + path;
+  options.address = server.redis_address();
   absl::StatusOr<std::shared_ptr<RedisTier>> tier = RedisTier::Connect(options);
   EXPECT_EQ(tier.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(tier.status().message(), HasSubstr(options.address));
   EXPECT_THAT(tier.status().message(), HasSubstr("refused"));
-  close(fd);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 TEST(RedisTierConnectTest, AUnixSocketWithAFullListenQueueIsUnavailable) {
   // A server that never accepts: once its queue is full, a connect fails at
   // once, which is no timeout.
-  char dir[] = "/tmp/paddock-backlog-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/redis.sock";
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 0), 0);
+  const BoundUnixSocket server;
+  ASSERT_TRUE(server.ok());
+  ASSERT_EQ(listen(server.fd(), 0), 0);
   std::vector<int> queued;
   for (int i = 0; i < 64; ++i) {
     const int client = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
     ASSERT_GE(client, 0);
     queued.push_back(client);
-    if (connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
-        0) {
+    if (connect(client, server.address(), server.address_size()) != 0) {
       break;  // Full.
     }
   }
 
   RedisOptions options;
-  options.address = "unix:" + path;
+  options.address = server.redis_address();
   absl::StatusOr<std::shared_ptr<RedisTier>> tier = RedisTier::Connect(options);
   EXPECT_EQ(tier.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(tier.status().message(), HasSubstr(options.address));
   EXPECT_THAT(tier.status().message(), HasSubstr("listen queue is full"));
   for (int client : queued) close(client);
-  close(fd);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 TEST(RedisTierConnectTest, RefusedTcpPortIsUnavailable) {
