@@ -2,6 +2,10 @@
 
 #include "paddock/internal/fleet.h"
 
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -10,14 +14,20 @@
 namespace paddock::internal {
 namespace {
 
-// SplitMix64 (Steele, Lea, Flood 2014), seeded once per thread from the
-// operating system's entropy.
-uint64_t NextRandom() {
-  thread_local uint64_t state = [] {
+// SplitMix64 (Steele, Lea, Flood 2014), seeded per thread from the
+// operating system's entropy, and again in a child after fork(): a child
+// copies its parent's state, and would write the same versions.
+uint64_t NextRandom(pid_t pid) {
+  struct State {
+    uint64_t s = 0;
+    pid_t pid = 0;
+  };
+  thread_local State state;
+  if (state.pid != pid) {
     std::random_device entropy;
-    return (uint64_t{entropy()} << 32) ^ entropy();
-  }();
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    state = {(uint64_t{entropy()} << 32) ^ entropy(), pid};
+  }
+  uint64_t z = (state.s += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
@@ -26,11 +36,17 @@ uint64_t NextRandom() {
 }  // namespace
 
 std::string NewSharedVersion() {
-  char hex[33];
-  std::snprintf(hex, sizeof(hex), "%016llx%016llx",
-                static_cast<unsigned long long>(NextRandom()),
-                static_cast<unsigned long long>(NextRandom()));
-  return std::string(hex, 32);
+  const pid_t pid = getpid();
+  const uint64_t high = NextRandom(pid);
+  const uint64_t low = NextRandom(pid);
+  // The writer's pid too, as the tier's lease tokens have it: two processes
+  // never share one, whatever their random state.
+  char text[64];
+  const int n = std::snprintf(text, sizeof(text), "%lx.%016llx%016llx",
+                              static_cast<unsigned long>(pid),
+                              static_cast<unsigned long long>(high),
+                              static_cast<unsigned long long>(low));
+  return std::string(text, static_cast<size_t>(n));
 }
 
 }  // namespace paddock::internal

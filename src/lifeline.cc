@@ -46,6 +46,7 @@ void Lifeline::CloseAndWait() {
   }
   MutexLock lock(&mu_);
   closed_ = true;
+  closing_.store(true, std::memory_order_release);
   mu_.Await(cv_,
             [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return running_ == 0; });
 }

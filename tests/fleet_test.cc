@@ -4,10 +4,18 @@
 // loader that counts its calls. The real-Redis, multi-process tests are in
 // tests/redis/.
 
+#include "paddock/internal/fleet.h"
+
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -144,6 +152,51 @@ TEST_F(FleetTest, AWaitForAnotherProcessIsBoundedByWaitTimeout) {
   EXPECT_EQ(impatient.cache->loads_in_flight(), 0u);
 }
 
+// A load the tier answers took a load slot first, as every load does; it
+// must give it back, or max_concurrent_loads such answers stop this process
+// loading anything until the slots age out (max_load_age).
+TEST_F(FleetTest, ALoadTheTierAnsweredGivesBackItsLoadSlot) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_);
+  Pod<SingleFlight> b(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{}, Options{.max_concurrent_loads = 1});
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  ASSERT_EQ(*b.cache->Get("k"), "k#1");  // From the tier.
+  ASSERT_EQ(b.cache->stats().shared_hits, 1u);
+  const absl::StatusOr<std::string> j = b.cache->Get("j");
+  ASSERT_TRUE(j.ok()) << j.status();  // Its one slot is free.
+  EXPECT_EQ(*j, "j#2");
+  EXPECT_EQ(b.loads, 1);
+}
+
+TEST_F(FleetTest, AWaitForAnotherProcessThatTimedOutGivesBackItsLoadSlot) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{}, Options{.max_concurrent_loads = 1});
+  tier_->TakeLease("k");  // Held, never filled.
+  ASSERT_EQ(a.cache->Get("k").status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  const absl::StatusOr<std::string> j = a.cache->Get("j");
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(*j, "j#1");
+  EXPECT_EQ(a.loads, 1);
+}
+
+// ~Cache waits for this process's running loads, not for another
+// process's: a refresh waiting on a lease held elsewhere (here without end:
+// max_load_age is infinite and the lease never lapses) stops at once.
+TEST_F(FleetTest, DestroyingTheCacheEndsAWaitForAnotherProcess) {
+  Pod<SoftTtl> a(tier_, &fleet_loads_, absl::ZeroDuration(), SoftTtl{},
+                 Options{.max_load_age = absl::InfiniteDuration()});
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a);
+  tier_->TakeLease("k");                 // Another process refreshes it.
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");  // Stale; a refresh is queued.
+  std::thread refresher([&] { a.executor.RunAll(); });
+  while (tier_->awaits() == 0) std::this_thread::yield();  // It waits.
+  a.cache.reset();
+  refresher.join();
+  EXPECT_EQ(a.loads, 1);
+}
+
 TEST_F(FleetTest, SoftTtlServesStaleEverywhereWhileOnePodRefreshes) {
   Pod<SoftTtl> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
   ASSERT_EQ(*a.cache->Get("k"), "k#1");
@@ -243,7 +296,8 @@ TEST_F(FleetTest, ARefreshWhoseFillLostItsLeaseLeavesTheEntryRefreshable) {
   // as refreshing by the one that lost.
   EXPECT_EQ(*a.cache->Get("k"), "k#1");
   EXPECT_EQ(a.executor.pending(), 1u);
-  a.executor.RunAll();
+  // Not run: it would wait max_load_age for the other process's fill. The
+  // cache drops it when destroyed.
 }
 
 TEST_F(FleetTest, AnUndecodableRecordIsAMissThatTheNextLoadReplaces) {
@@ -323,6 +377,38 @@ TEST(FleetConstruction, ASharedTierNeedsACodecForTheValueType) {
   Cache<std::string, NoCodec, SingleFlight> local(
       [](const std::string&) -> absl::StatusOr<NoCodec> { return NoCodec{}; });
   EXPECT_TRUE(local.Get("k").ok());
+}
+
+// A pre-forking server makes versions in the parent, then forks workers:
+// each must write versions of its own, or a pod would take another's newer
+// record for the copy it has (docs/fleet.md, the record's `version`).
+TEST(SharedVersion, AForkedChildWritesVersionsOfItsOwn) {
+  const std::string before = internal::NewSharedVersion();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string v = internal::NewSharedVersion();
+    const bool written =
+        write(fds[1], v.data(), v.size()) == static_cast<ssize_t>(v.size());
+    _exit(written ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string in_child;
+  char buf[128];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) {
+    in_child.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string in_parent = internal::NewSharedVersion();
+  EXPECT_NE(in_child, in_parent);
+  EXPECT_NE(in_child, before);
+  EXPECT_THAT(in_child, ::testing::StartsWith(absl::StrCat(
+                            absl::Hex(static_cast<uint64_t>(child)), ".")));
 }
 
 }  // namespace

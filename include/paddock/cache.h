@@ -122,7 +122,9 @@ class Cache {
   explicit Cache(AsyncLoader loader, Options options = {}, Policy policy = {});
 
   // Blocks until background loads of this cache that are running have
-  // returned; queued ones are dropped without calling the loader. After it
+  // returned; queued ones are dropped without calling the loader. A load
+  // waiting for another process's fill (Options::shared) stops waiting, with
+  // `absl::CancelledError`, within a second. After it
   // returns the loader is never called again. Stored values are destroyed
   // here; removed ones awaiting reclamation may outlive it (see above). Must
   // not be called from inside this cache's loader, nor while another thread
@@ -545,8 +547,9 @@ class Cache {
   // What a caller gets when storing its load's outcome threw; call in the
   // handler of that exception.
   static absl::Status StoreFailure();
-  // Ends `load` with `result` whatever happens: stores it if the load still
-  // owns its key, and publishes it to the load's waiters. Never throws.
+  // Ends `load` with `result` whatever happens: gives back its load slot,
+  // stores it if the load still owns its key, and publishes it to the
+  // load's waiters. Never throws.
   Outcome Complete(Load& load, absl::StatusOr<V> result, bool loader_ran,
                    int64_t started, int64_t finished) noexcept;
   // Publishes `outcome` on `flight` and completes its asynchronous waiters.
@@ -663,7 +666,9 @@ class Cache<K, V, P, H, E>::TierSubscriber final
       // A key this cache cannot read back: drop every copy, to be safe.
       cache_->InvalidateAllLocally();
     } catch (...) {
-      cache_->InvalidateAllLocally();
+      // Out of memory, or the key's codec threw: drop every copy, to be
+      // safe. Never an exception into the tier's thread.
+      OnMissedInvalidations();
     }
   }
   void OnMissedInvalidations() override {
@@ -1253,7 +1258,20 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
         waiter->Claim();
         waiter->Run(TimedOut(key, hash));
       }
-      if (!waiter->claimed() && !rendezvous.AddAsyncWaiter(waiter)) {
+      bool joined = true;
+      try {
+        joined = waiter->claimed() || rendezvous.AddAsyncWaiter(waiter);
+      } catch (...) {
+        // Not joined (out of memory): forget it before its timer answers,
+        // so that `done` is not called after this caller gets the
+        // exception. If the timer has claimed it already, that answer
+        // stands and this caller gets no exception.
+        if (waiter->Claim()) {
+          async_waiters_.Remove(waiter.get());
+          throw;
+        }
+      }
+      if (!joined) {
         Deliver(waiter, *rendezvous.published());  // Published meanwhile.
       }
     }
@@ -1878,6 +1896,15 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
     }
     // Another process loads this key: wait for its fill, then ask again (a
     // holder that died lets the lease lapse, and this one may get it).
+    // Unless this cache is being destroyed: its destructor waits for this
+    // load, and should not wait for another process (up to max_load_age).
+    if (lifeline_->closing()) {
+      return Complete(load,
+                      absl::CancelledError(
+                          "paddock: cache destroyed while waiting for another "
+                          "process's fill of this key"),
+                      /*loader_ran=*/false, now, now);
+    }
     const auto steady_now = std::chrono::steady_clock::now();
     if (steady_now >= deadline) {
       if (load.caller_waits) recorder_.WaitTimeout();
@@ -2002,6 +2029,10 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
     Load& load, absl::StatusOr<V> result, bool loader_ran, int64_t started,
     int64_t finished) noexcept {
+  // However the load ended (its loader returned, the shared tier answered,
+  // a wait timed out), a slot it still holds goes back now: one kept past
+  // here would count against max_concurrent_loads until it aged out.
+  slots_.Release(std::exchange(load.slot, 0));
   Outcome outcome{std::move(result)};
   // If storing fails, publish anyway: a waiter may have joined.
   bool publish = true;

@@ -20,8 +20,9 @@ namespace paddock::internal {
 template <typename K, typename V>
 inline constexpr bool kShareable = Encodable<K>&& Encodable<V>&& Decodable<V>;
 
-// A new version for a record this process writes: 128 random bits in hex,
-// so no other writer in the fleet picks the same. Thread-safe.
+// A new version for a record this process writes: the pid and 128 random
+// bits in hex, so no other writer in the fleet picks the same (a forked
+// child included). Thread-safe.
 std::string NewSharedVersion();
 
 // The lease time a loader asks for: as long as a local load may run before

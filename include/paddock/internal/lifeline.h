@@ -9,6 +9,7 @@
 #ifndef PADDOCK_INTERNAL_LIFELINE_H_
 #define PADDOCK_INTERNAL_LIFELINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <utility>
 
@@ -62,6 +63,11 @@ class Lifeline {
   // beyond a short lock. Thread-safe.
   Pass Enter();
 
+  // Whether CloseAndWait has begun: a task that would wait on something
+  // outside this process (another process's fill) stops instead, so that
+  // the destructor waits for this process's own work only. Thread-safe.
+  bool closing() const { return closing_.load(std::memory_order_acquire); }
+
   // Stops giving passes and blocks until every pass given is destroyed.
   // Must not be called while the calling thread holds a pass. Called inside
   // one of this lifeline's CallbackScopes (a cache destroyed from its own
@@ -76,6 +82,7 @@ class Lifeline {
   Mutex mu_;
   std::condition_variable cv_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> closing_{false};  // closed_, readable without mu_.
   int running_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
