@@ -127,6 +127,10 @@ struct RedisTierStats {
   uint64_t bad_replies = 0;
   // Successful extensions of held leases.
   uint64_t leases_extended = 0;
+  // Leases given back in the background after a call that may have left
+  // one held failed: a Lookup whose reply was lost after Redis granted it
+  // (a timeout, a lost connection), a Fill or Release that failed.
+  uint64_t leases_given_back = 0;
   // Times the change subscription was lost.
   uint64_t subscription_losses = 0;
   // Change messages received (fills, puts, invalidations, releases).

@@ -106,7 +106,9 @@ absl::StatusOr<RedisReplyPtr> RedisClient::EvalOn(
 
 template <typename Run>
 absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
-                                                absl::Time deadline) {
+                                                absl::Time deadline,
+                                                bool* maybe_ran) {
+  if (maybe_ran != nullptr) *maybe_ran = false;
   const CircuitBreaker::Ticket ticket = breaker_.Admit();
   if (!ticket.admitted) {
     return absl::UnavailableError(absl::StrCat(
@@ -147,6 +149,7 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
     reply = RedisErrorReply(config_.address, **reply);
   }
   const bool transport_failed = (*connection)->broken();
+  if (maybe_ran != nullptr) *maybe_ran = transport_failed && !reply.ok();
   pool_.Return(*std::move(connection));
   if (outcome == CircuitBreaker::Outcome::kFailure) {
     counters_.failures.fetch_add(1, std::memory_order_relaxed);
@@ -161,12 +164,12 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
 
 absl::StatusOr<RedisReplyPtr> RedisClient::Eval(
     Script script, absl::Span<const std::string_view> keys,
-    absl::Span<const std::string_view> args) {
+    absl::Span<const std::string_view> args, bool* maybe_ran) {
   return Call(
       [&](RedisConnection& connection, absl::Time deadline) {
         return EvalOn(connection, script, keys, args, deadline);
       },
-      absl::InfiniteFuture());
+      absl::InfiniteFuture(), maybe_ran);
 }
 
 absl::StatusOr<RedisReplyPtr> RedisClient::Command(

@@ -60,10 +60,13 @@ class RedisClient {
   //
   // Runs `script` with `keys` and `args` and returns its reply; a Redis
   // error reply becomes `absl::UnavailableError`. Blocks for at most the
-  // I/O timeout. Thread-safe.
+  // I/O timeout. With `maybe_ran`, sets it to whether a failed call may
+  // have run all the same (its connection failed after the command was on
+  // its way: a timeout, a lost connection). Thread-safe.
   absl::StatusOr<RedisReplyPtr> Eval(Script script,
                                      absl::Span<const std::string_view> keys,
-                                     absl::Span<const std::string_view> args);
+                                     absl::Span<const std::string_view> args,
+                                     bool* maybe_ran = nullptr);
 
   // RedisClient::Command()
   //
@@ -87,7 +90,8 @@ class RedisClient {
   // One call: breaker, connection, `run` on it, and the bookkeeping; done
   // by the I/O timeout or `deadline`, whichever comes first.
   template <typename Run>
-  absl::StatusOr<RedisReplyPtr> Call(const Run& run, absl::Time deadline);
+  absl::StatusOr<RedisReplyPtr> Call(const Run& run, absl::Time deadline,
+                                     bool* maybe_ran = nullptr);
 
   // EVALSHA on `connection`, with SCRIPT LOAD and one retry after NOSCRIPT.
   absl::StatusOr<RedisReplyPtr> EvalOn(RedisConnection& connection,

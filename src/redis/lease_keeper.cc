@@ -12,9 +12,11 @@
 
 namespace paddock::internal {
 
-LeaseKeeper::LeaseKeeper(absl::Duration lease_for, Extend extend)
+LeaseKeeper::LeaseKeeper(absl::Duration lease_for, Extend extend,
+                         Release release)
     : lease_for_(lease_for),
       extend_(std::move(extend)),
+      release_(std::move(release)),
       thread_([this] { Run(); }) {}
 
 LeaseKeeper::~LeaseKeeper() {
@@ -48,6 +50,59 @@ void LeaseKeeper::Forget(std::string_view token) {
   held_.erase(std::string(token));
 }
 
+void LeaseKeeper::ReleaseSoon(std::string key, std::string token) {
+  const absl::Time now = MonotonicNow();
+  absl::MutexLock lock(&mu_);
+  held_.erase(token);
+  if (releasing_.size() >= kMaxReleases) return;
+  releasing_.insert_or_assign(
+      std::move(token),
+      Releasing{.key = std::move(key), .next_try = now + lease_for_ / 8});
+  changed_.SignalAll();
+}
+
+size_t LeaseKeeper::releasing() const {
+  absl::MutexLock lock(&mu_);
+  return releasing_.size();
+}
+
+uint64_t LeaseKeeper::released() const {
+  absl::MutexLock lock(&mu_);
+  return released_;
+}
+
+absl::Time LeaseKeeper::RunReleases(absl::Time now) {
+  std::vector<std::pair<std::string, std::string>> due;  // Token, key.
+  for (auto& [token, r] : releasing_) {
+    if (r.next_try <= now) due.emplace_back(token, r.key);
+  }
+  if (!due.empty()) {
+    std::vector<absl::StatusOr<bool>> results;
+    results.reserve(due.size());
+    mu_.Unlock();
+    for (const auto& [token, key] : due)
+      results.push_back(release_(key, token));
+    mu_.Lock();
+    const absl::Time retry = MonotonicNow() + lease_for_ / 8;
+    for (size_t i = 0; i < due.size(); ++i) {
+      auto it = releasing_.find(due[i].first);
+      if (it == releasing_.end()) continue;
+      const absl::StatusOr<bool>& released = results[i];
+      if (released.ok() && *released) {
+        ++released_;
+        releasing_.erase(it);
+      } else if (released.ok() && ++it->second.not_held >= 2) {
+        releasing_.erase(it);  // Never granted, filled, or lapsed.
+      } else {
+        it->second.next_try = retry;  // No answer, or only one: again.
+      }
+    }
+  }
+  absl::Time wake = absl::InfiniteFuture();
+  for (const auto& [token, r] : releasing_) wake = std::min(wake, r.next_try);
+  return wake;
+}
+
 size_t LeaseKeeper::size() const {
   absl::MutexLock lock(&mu_);
   return held_.size();
@@ -68,8 +123,9 @@ void LeaseKeeper::Run() {
   mu_.Lock();
   while (!stopping_) {
     // Collect what is due; sleep until the next one otherwise.
+    absl::Time wake = RunReleases(MonotonicNow());
+    if (stopping_) break;
     const absl::Time now = MonotonicNow();
-    absl::Time wake = absl::InfiniteFuture();
     std::vector<Due> due;
     for (auto it = held_.begin(); it != held_.end();) {
       Held& held = it->second;

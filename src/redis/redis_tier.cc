@@ -114,6 +114,23 @@ absl::StatusOr<int64_t> IntegerResult(internal::RedisClient& client,
   return value;
 }
 
+// Deletes the lease `token` holds on `key`, telling the fleet; returns
+// whether `token` held it. `maybe_ran` as RedisClient::Eval's.
+absl::StatusOr<bool> ReleaseLease(internal::RedisTierState& s,
+                                  std::string_view key, std::string_view token,
+                                  bool* maybe_ran = nullptr) {
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+  const std::string message =
+      internal::EncodeChangeMessage(ChangeKind::kRelease, 0, key);
+  const std::string_view keys[] = {lease_key};
+  const std::string_view args[] = {token, s.channel, message};
+  absl::StatusOr<int64_t> released = IntegerResult(
+      *s.client, s.client->Eval(Script::kRelease, keys, args, maybe_ran));
+  if (!released.ok()) return released.status();
+  if (*released == 1) s.log.Record(key);
+  return *released == 1;
+}
+
 }  // namespace
 
 absl::Status RedisOptions::Validate() const {
@@ -205,7 +222,9 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
             *s->client, s->client->Eval(Script::kExtend, keys, args));
         if (!held.ok()) return held.status();
         return *held == 1;
-      });
+      },
+      [s](const std::string& key, const std::string& token)
+          -> absl::StatusOr<bool> { return ReleaseLease(*s, key, token); });
   return std::shared_ptr<RedisTier>(new RedisTier(std::move(state)));
 }
 
@@ -231,9 +250,15 @@ absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
 
   const std::string_view keys[] = {record_key, lease_key};
   const std::string_view args[] = {have_version, token, lease_ms};
+  bool maybe_ran = false;
   absl::StatusOr<RedisReplyPtr> reply =
-      s.client->Eval(Script::kLookup, keys, args);
-  if (!reply.ok()) return reply.status();
+      s.client->Eval(Script::kLookup, keys, args, &maybe_ran);
+  if (!reply.ok()) {
+    // Redis may have granted `token` the lease all the same: unless given
+    // back, every process would wait lease_for for a load nobody runs.
+    if (maybe_ran) s.keeper->ReleaseSoon(std::string(key), token);
+    return reply.status();
+  }
   absl::StatusOr<internal::ParsedLookup> parsed =
       internal::ParseLookupReply(**reply);
   if (!parsed.ok()) {
@@ -283,7 +308,12 @@ absl::StatusOr<bool> RedisTier::Fill(std::string_view key,
   args.insert(args.end(), record.begin(), record.end());
   absl::StatusOr<int64_t> stored =
       IntegerResult(*s.client, s.client->Eval(Script::kFill, keys, args));
-  if (!stored.ok()) return stored.status();
+  if (!stored.ok()) {
+    // The lease may still be held (the fill never ran, or failed in
+    // Redis): give it back, so that others need not wait for it to lapse.
+    s.keeper->ReleaseSoon(std::string(key), std::string(lease_token));
+    return stored.status();
+  }
   if (*stored == 1) s.log.Record(key);
   return *stored == 1;
 }
@@ -292,15 +322,11 @@ absl::Status RedisTier::Release(std::string_view key,
                                 std::string_view lease_token) {
   internal::RedisTierState& s = *state_;
   s.keeper->Forget(lease_token);
-  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
-  const std::string message =
-      internal::EncodeChangeMessage(ChangeKind::kRelease, 0, key);
-  const std::string_view keys[] = {lease_key};
-  const std::string_view args[] = {lease_token, s.channel, message};
-  absl::StatusOr<int64_t> released =
-      IntegerResult(*s.client, s.client->Eval(Script::kRelease, keys, args));
-  if (!released.ok()) return released.status();
-  if (*released == 1) s.log.Record(key);
+  absl::StatusOr<bool> released = ReleaseLease(s, key, lease_token);
+  if (!released.ok()) {
+    s.keeper->ReleaseSoon(std::string(key), std::string(lease_token));
+    return released.status();
+  }
   return absl::OkStatus();
 }
 
@@ -422,6 +448,7 @@ RedisTierStats RedisTier::stats() const {
   stats.bad_records = s.bad_records.load(std::memory_order_relaxed);
   stats.bad_replies = c.bad_replies.load(std::memory_order_relaxed);
   stats.leases_extended = s.keeper->extensions();
+  stats.leases_given_back = s.keeper->released();
   stats.subscription_losses = s.feed->losses();
   stats.notifications = s.feed->messages();
   return stats;

@@ -94,7 +94,8 @@ size_t SubscriberHub::size() const {
 }
 
 template <typename Callback>
-void SubscriberHub::Deliver(uint64_t skip, const Callback& callback) {
+void SubscriberHub::Deliver(uint64_t skip, bool fall_back,
+                            const Callback& callback) {
   std::shared_ptr<const Entries> entries;
   {
     absl::MutexLock lock(&mu_);
@@ -105,19 +106,28 @@ void SubscriberHub::Deliver(uint64_t skip, const Callback& callback) {
     absl::MutexLock lock(&entry->callback_mu);
     if (!entry->live.load(std::memory_order_acquire)) continue;
     running_entry = entry.get();
-    callback(*entry->subscriber);
+    try {
+      callback(*entry->subscriber);
+    } catch (...) {
+      // A subscriber that could not drop a key drops every copy instead.
+      try {
+        if (fall_back) entry->subscriber->OnMissedInvalidations();
+      } catch (...) {
+      }
+    }
     running_entry = nullptr;
   }
 }
 
 void SubscriberHub::DeliverInvalidate(std::string_view key, uint64_t origin) {
-  Deliver(origin, [key](SharedTier::Subscriber& subscriber) {
-    subscriber.OnInvalidate(key);
-  });
+  Deliver(origin, /*fall_back=*/true,
+          [key](SharedTier::Subscriber& subscriber) {
+            subscriber.OnInvalidate(key);
+          });
 }
 
 void SubscriberHub::DeliverMissed() {
-  Deliver(0, [](SharedTier::Subscriber& subscriber) {
+  Deliver(0, /*fall_back=*/false, [](SharedTier::Subscriber& subscriber) {
     subscriber.OnMissedInvalidations();
   });
 }

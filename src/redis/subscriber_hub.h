@@ -32,15 +32,16 @@ class SubscriberHub : public std::enable_shared_from_this<SubscriberHub> {
 
   // SubscriberHub::DeliverInvalidate()
   //
-  // Calls OnInvalidate(key) on every subscription but `origin`. Call from
-  // one thread at a time.
+  // Calls OnInvalidate(key) on every subscription but `origin`; one that
+  // throws gets OnMissedInvalidations() instead (an exception out of that
+  // is dropped). Call from one thread at a time.
   void DeliverInvalidate(std::string_view key, uint64_t origin)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // SubscriberHub::DeliverMissed()
   //
-  // Calls OnMissedInvalidations() on every subscription. Call from one
-  // thread at a time.
+  // Calls OnMissedInvalidations() on every subscription, dropping any
+  // exception. Call from one thread at a time.
   void DeliverMissed() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The number of subscriptions. Thread-safe.
@@ -51,9 +52,11 @@ class SubscriberHub : public std::enable_shared_from_this<SubscriberHub> {
   class SubscriptionImpl;
   using Entries = std::vector<std::shared_ptr<Entry>>;
 
-  // Runs `callback(subscriber)` on each live entry but `skip`'s.
+  // Runs `callback(subscriber)` on each live entry but `skip`'s; if it
+  // throws, and `fall_back` is set, OnMissedInvalidations(). Never throws:
+  // it runs on the tier's thread, which an exception would end.
   template <typename Callback>
-  void Deliver(uint64_t skip, const Callback& callback)
+  void Deliver(uint64_t skip, bool fall_back, const Callback& callback)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(const Entry* entry) ABSL_LOCKS_EXCLUDED(mu_);
 

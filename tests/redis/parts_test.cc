@@ -8,10 +8,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -209,6 +211,24 @@ struct FakeLeases {
     std::lock_guard<std::mutex> lock(mu);
     return periods.size();
   }
+
+  // Releases answer from `release_answers` in turn, then the last again.
+  std::vector<absl::StatusOr<bool>> release_answers = {true};
+  size_t releases = 0;
+  LeaseKeeper::Release Release() {
+    return [this](const std::string& key,
+                  const std::string& token) -> absl::StatusOr<bool> {
+      EXPECT_EQ(key, "k");
+      EXPECT_EQ(token.substr(0, 1), "t");
+      std::lock_guard<std::mutex> lock(mu);
+      const size_t i = std::min(releases++, release_answers.size() - 1);
+      return release_answers[i];
+    };
+  }
+  size_t release_calls() {
+    std::lock_guard<std::mutex> lock(mu);
+    return releases;
+  }
 };
 
 bool Eventually(const std::function<bool()>& condition) {
@@ -222,7 +242,7 @@ bool Eventually(const std::function<bool()>& condition) {
 
 TEST(LeaseKeeperTest, ExtendsUntilForgotten) {
   FakeLeases fake;
-  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend(), fake.Release());
   keeper.Hold("k", "t", absl::Seconds(60));
   EXPECT_EQ(keeper.size(), 1u);
   ASSERT_TRUE(Eventually([&] { return fake.calls() >= 3; }));
@@ -241,7 +261,7 @@ TEST(LeaseKeeperTest, ExtendsUntilForgotten) {
 
 TEST(LeaseKeeperTest, StopsAtHoldForAndNeverExtendsPastIt) {
   FakeLeases fake;
-  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend(), fake.Release());
   const absl::Time held_at = MonotonicNow();
   keeper.Hold("k", "t", absl::Milliseconds(150));
   ASSERT_TRUE(Eventually([&] { return keeper.size() == 0; }));
@@ -256,7 +276,7 @@ TEST(LeaseKeeperTest, StopsAtHoldForAndNeverExtendsPastIt) {
 // extension ending at hold_until would cut the lease short.
 TEST(LeaseKeeperTest, AHoldWithinThePeriodIsNotExtended) {
   FakeLeases fake;
-  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend(), fake.Release());
   keeper.Hold("k", "t", absl::Milliseconds(30));
   keeper.Hold("k", "t", absl::Milliseconds(40));
   EXPECT_EQ(keeper.size(), 0u);
@@ -274,12 +294,16 @@ TEST(LeaseKeeperTest, AnExtensionNeverEndsBeforeTheLeaseMayExpire) {
   std::mutex mu;
   std::vector<Sent> sent;
   const absl::Duration lease_for = absl::Milliseconds(40);
-  LeaseKeeper keeper(lease_for, [&](const std::string&, const std::string&,
-                                    absl::Duration period) {
-    std::lock_guard<std::mutex> lock(mu);
-    sent.push_back({MonotonicNow(), period});
-    return absl::StatusOr<bool>(true);
-  });
+  LeaseKeeper keeper(
+      lease_for,
+      [&](const std::string&, const std::string&, absl::Duration period) {
+        std::lock_guard<std::mutex> lock(mu);
+        sent.push_back({MonotonicNow(), period});
+        return absl::StatusOr<bool>(true);
+      },
+      [](const std::string&, const std::string&) {
+        return absl::StatusOr<bool>(true);
+      });
   const absl::Time held_at = MonotonicNow();
   // Past a period by less than half of one: the last extension's period is
   // what is left of the hold, shorter than the period, but not shorter than
@@ -301,7 +325,7 @@ TEST(LeaseKeeperTest, AnExtensionNeverEndsBeforeTheLeaseMayExpire) {
 TEST(LeaseKeeperTest, DropsALostLease) {
   FakeLeases fake;
   fake.answer = false;
-  LeaseKeeper keeper(absl::Milliseconds(20), fake.Extend());
+  LeaseKeeper keeper(absl::Milliseconds(20), fake.Extend(), fake.Release());
   keeper.Hold("k", "t", absl::Seconds(60));
   ASSERT_TRUE(Eventually([&] { return keeper.size() == 0; }));
   EXPECT_EQ(fake.calls(), 1u);
@@ -311,7 +335,7 @@ TEST(LeaseKeeperTest, DropsALostLease) {
 TEST(LeaseKeeperTest, RetriesAfterAnError) {
   FakeLeases fake;
   fake.answer = absl::UnavailableError("down");
-  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend());
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend(), fake.Release());
   keeper.Hold("k", "t", absl::Seconds(60));
   ASSERT_TRUE(Eventually([&] { return fake.calls() >= 3; }));
   EXPECT_EQ(keeper.size(), 1u);
@@ -319,9 +343,48 @@ TEST(LeaseKeeperTest, RetriesAfterAnError) {
 
 TEST(LeaseKeeperTest, HoldsNothingForAZeroHold) {
   FakeLeases fake;
-  LeaseKeeper keeper(absl::Milliseconds(20), fake.Extend());
+  LeaseKeeper keeper(absl::Milliseconds(20), fake.Extend(), fake.Release());
   keeper.Hold("k", "t", absl::ZeroDuration());
   EXPECT_EQ(keeper.size(), 0u);
+}
+
+// A lease a failed call may have left held is given back in the background:
+// retried while Redis does not answer, done once it deletes the lease.
+TEST(LeaseKeeperTest, GivesALeaseBackOnceRedisAnswers) {
+  FakeLeases fake;
+  fake.release_answers = {absl::UnavailableError("down"),
+                          absl::DeadlineExceededError("hung"), true};
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend(), fake.Release());
+  keeper.Hold("k", "t", absl::Seconds(60));
+  keeper.ReleaseSoon("k", "t");
+  EXPECT_EQ(keeper.size(), 0u);  // No longer extended.
+  EXPECT_EQ(keeper.releasing(), 1u);
+  ASSERT_TRUE(Eventually([&] { return keeper.releasing() == 0; }));
+  EXPECT_EQ(fake.release_calls(), 3u);
+  EXPECT_EQ(keeper.released(), 1u);
+  EXPECT_EQ(fake.calls(), 0u);
+}
+
+// "Not held" once may mean the lost call has not reached Redis yet; twice,
+// an eighth of a period apart, it was never granted (or was filled).
+TEST(LeaseKeeperTest, StopsGivingBackALeaseNotHeldTwice) {
+  FakeLeases fake;
+  fake.release_answers = {false};
+  LeaseKeeper keeper(absl::Milliseconds(40), fake.Extend(), fake.Release());
+  keeper.ReleaseSoon("k", "t");
+  ASSERT_TRUE(Eventually([&] { return keeper.releasing() == 0; }));
+  EXPECT_EQ(fake.release_calls(), 2u);
+  EXPECT_EQ(keeper.released(), 0u);
+}
+
+TEST(LeaseKeeperTest, GivesBackAtMostABoundedNumberAtOnce) {
+  FakeLeases fake;
+  fake.release_answers = {absl::UnavailableError("down")};
+  LeaseKeeper keeper(absl::Hours(1), fake.Extend(), fake.Release());
+  for (size_t i = 0; i <= LeaseKeeper::kMaxReleases; ++i) {
+    keeper.ReleaseSoon("k", absl::StrCat("t", i));
+  }
+  EXPECT_EQ(keeper.releasing(), LeaseKeeper::kMaxReleases);
 }
 
 // ---- ChangeFeed -------------------------------------------------------------
@@ -432,6 +495,36 @@ TEST(SubscriberHubTest, DeliversToAllButTheOrigin) {
   hub->DeliverInvalidate("k3", 0);
   EXPECT_THAT(a.keys, ElementsAre("k2"));
   EXPECT_THAT(b.keys, ElementsAre("k1", "k2", "k3"));
+}
+
+// Delivery runs on the tier's thread, where an exception would end the
+// process: a subscriber that throws is told to drop everything instead, and
+// the others still get the notice.
+TEST(SubscriberHubTest,
+     ASubscriberThatThrowsDropsEverythingAndOthersGetTheNotice) {
+  struct Throwing : Recorder {
+    bool throw_on_missed = false;
+    void OnInvalidate(std::string_view) override {
+      throw std::runtime_error("out of memory");
+    }
+    void OnMissedInvalidations() override {
+      ++missed;
+      if (throw_on_missed) throw std::runtime_error("still out of memory");
+    }
+  };
+  auto hub = std::make_shared<SubscriberHub>();
+  Throwing throwing;
+  Recorder other;
+  auto sub_throwing = hub->Subscribe(&throwing);
+  auto sub_other = hub->Subscribe(&other);
+  hub->DeliverInvalidate("k1", 0);
+  EXPECT_EQ(throwing.missed, 1);
+  throwing.throw_on_missed = true;
+  hub->DeliverInvalidate("k2", 0);
+  hub->DeliverMissed();
+  EXPECT_EQ(throwing.missed, 3);
+  EXPECT_THAT(other.keys, ElementsAre("k1", "k2"));
+  EXPECT_EQ(other.missed, 1);
 }
 
 TEST(SubscriberHubTest, IdsAreNonZeroAndDistinct) {

@@ -439,5 +439,35 @@ TEST_F(RedisTierFaultTest, AHeldLeaseOutlivesAShortHang) {
       holder->Fill("k", held->lease_token, ValueFill("v")).value_or(false));
 }
 
+// A Lookup sent to a hung server times out, and when the server resumes it
+// runs the Lookup and grants the lease to a token its caller dropped. The
+// tier gives that lease back (an eighth of lease_for later), so that the
+// other processes do not wait all of lease_for for a load nobody runs.
+TEST_F(RedisTierFaultTest, ALeaseGrantedToALookupThatTimedOutIsGivenBack) {
+  RedisOptions options = Options();
+  options.lease_for = absl::Seconds(20);  // Given back after 2.5 s.
+  std::shared_ptr<RedisTier> lost = Connect(options);
+  std::shared_ptr<RedisTier> other = Connect(options);
+  ASSERT_NE(lost, nullptr);
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(server_->Pause().ok());
+  EXPECT_EQ(lost->Lookup("k", "", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(server_->Resume().ok());
+  absl::StatusOr<SharedLookup> ask =
+      other->Lookup("k", "", absl::ZeroDuration());
+  ASSERT_TRUE(ask.ok()) << ask.status();
+  ASSERT_EQ(ask->lease, Lease::kHeldElsewhere);  // Granted to the lost call.
+  // Well before the lease could lapse on its own:
+  const absl::Time give_up = absl::Now() + options.lease_for * 3 / 4;
+  while (ask.ok() && ask->lease != Lease::kGranted && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(100));
+    ask = other->Lookup("k", "", absl::ZeroDuration());
+  }
+  ASSERT_TRUE(ask.ok()) << ask.status();
+  EXPECT_EQ(ask->lease, Lease::kGranted);
+  EXPECT_EQ(lost->stats().leases_given_back, 1u);
+}
+
 }  // namespace
 }  // namespace paddock
