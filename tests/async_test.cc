@@ -219,6 +219,78 @@ TEST_F(AsyncTest, AsyncWaitersTimeOutWithoutAThreadEachAndTheLoadStillStores) {
   EXPECT_EQ(cache.GetIfPresent("k"), "k");  // Stored all the same.
 }
 
+// max_load_age lets a blocking Get start a fresh load past a hung one, on
+// its own thread. A GetAsync miss would start it on the executor: one more
+// thread every max_load_age, until one hung key held the whole pool and no
+// other key loaded. It waits for the hung load instead, and times out.
+TEST_F(AsyncTest, AHungLoadHoldsOneExecutorThreadHoweverLongItHangs) {
+  ThreadPool pool(2);
+  options_.executor = &pool;
+  options_.wait_timeout = absl::Milliseconds(50);
+  Gate release;
+  Counter hung_loads;
+  StringCache cache(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        if (k != "hung") return absl::StrCat(k, "#", ++loads_);
+        hung_loads.Increment();
+        release.Wait();
+        return k;
+      },
+      options_);
+  Results hung;
+  cache.GetAsync("hung", hung.Callback());
+  ASSERT_TRUE(hung_loads.WaitFor(1));
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(options_.max_load_age + absl::Seconds(1));
+    cache.GetAsync("hung", hung.Callback());
+  }
+  ASSERT_TRUE(hung.WaitFor(4));
+  for (const auto& r : hung.results()) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_EQ(hung_loads.value(), 1);
+  Results other;  // The pool's other thread still loads other keys.
+  cache.GetAsync("other", other.Callback());
+  ASSERT_TRUE(other.WaitFor(1));
+  EXPECT_EQ(other.results()[0].value_or("error"), "other#1");
+  release.Open();
+  while (cache.loads_in_flight() != 0) std::this_thread::yield();
+  EXPECT_EQ(cache.GetIfPresent("hung"), "hung");
+}
+
+// The same for a refresh that hangs: its entry stays marked as refreshing,
+// so a stale hit past max_load_age does not queue a second refresh beside
+// it.
+TEST_F(AsyncTest, AHungRefreshIsNotStartedAgainOnTheExecutor) {
+  ThreadPool pool(2);
+  options_.executor = &pool;
+  Gate release;
+  Counter refreshing;
+  bool hang = false;
+  Cache<std::string, std::string, SoftTtl> cache(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        if (hang) {
+          refreshing.Increment();
+          release.Wait();
+        }
+        return absl::StrCat(k, "#", ++loads_);
+      },
+      options_, SoftTtl{.stale_for = absl::Minutes(10)});
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  hang = true;
+  clock_.Advance(absl::Seconds(11));  // Stale: a refresh starts.
+  EXPECT_EQ(*cache.Get("k"), "k#1");
+  ASSERT_TRUE(refreshing.WaitFor(1));
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(options_.max_load_age + absl::Seconds(1));
+    EXPECT_EQ(*cache.Get("k"), "k#1");  // Stale, at once.
+  }
+  EXPECT_EQ(refreshing.value(), 1);
+  EXPECT_EQ(cache.stats().refreshes, 1u);
+  release.Open();
+  while (cache.loads_in_flight() != 0) std::this_thread::yield();
+}
+
 TEST_F(AsyncTest, AZeroWaitTimeoutAnswersAtOnce) {
   options_.wait_timeout = absl::ZeroDuration();
   StringCache cache(Loader(), options_);

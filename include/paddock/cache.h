@@ -765,6 +765,10 @@ class Cache<K, V, P, H, E>::LoadTask {
         return;
       }
     }
+    // A blocking loader holds this thread until it returns: a GetAsync
+    // miss or a refresh of the key waits for it rather than start another
+    // (Shard::ExecutorFlight).
+    if (!claimed_ && !cache_->async_loader_) flight->MarkOnExecutor();
     cache_->RunLoad(load);
   }
 
@@ -1184,6 +1188,12 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
       if (answer.served == Answer::Served::kNothing) {
         if constexpr (P::kCoalesceLoads) {
           flight = shard.LiveFlight(key, hash, now, max_load_age_);
+          if (flight == nullptr) {
+            // A load of this key hung on an executor thread: wait for it
+            // (until wait_timeout) rather than hang another thread beside
+            // it. (A blocking Get starts a fresh load on its own thread.)
+            flight = shard.ExecutorFlight(key, hash);
+          }
           if (flight == nullptr) {
             // Queued until the executor (or a blocking caller) claims it.
             flight = std::make_shared<Flight>(

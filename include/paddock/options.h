@@ -70,7 +70,10 @@ struct Options {
   // A load running longer than this stops blocking its key: the next caller
   // that needs the key starts a fresh load (nginx's proxy_cache_lock_age), and
   // the old load's result, when it comes, goes only to its own waiters. Bounds
-  // how long one hung loader can make a key unusable.
+  // how long one hung loader can make a key unusable for blocking callers.
+  // A `GetAsync` miss is not started beside a load hung on an executor
+  // thread (it waits for it, within `wait_timeout`), so that one hung key
+  // cannot take the executor's every thread.
   // `absl::InfiniteDuration()` turns the bound off.
   absl::Duration max_load_age = absl::Seconds(30);
 

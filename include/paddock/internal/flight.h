@@ -69,6 +69,12 @@ class Flight {
   bool queued() const {
     return state_.load(std::memory_order_acquire) == State::kQueued;
   }
+  // Marks a claimed flight as run by a blocking loader on an executor
+  // thread (which it holds until the loader returns). Thread-safe.
+  void MarkOnExecutor() { on_executor_.store(true, std::memory_order_release); }
+  bool on_executor() const {
+    return on_executor_.load(std::memory_order_acquire);
+  }
   bool done() const {
     return state_.load(std::memory_order_acquire) == State::kDone;
   }
@@ -144,6 +150,7 @@ class Flight {
   const LoadSlots::Ticket slot_;
   std::atomic<int64_t> started_at_;
   std::atomic<State> state_;
+  std::atomic<bool> on_executor_{false};
   std::atomic<int> joined_{0};
   std::atomic<int> runners_{1};
   std::mutex mu_;

@@ -138,6 +138,20 @@ class alignas(64) Shard {
         w, key, hash, now, max_age, pending,
         [&](Registered& r) { return FlightToJoin(r, key, hash); });
   }
+  // The flight of `key`'s registration if a blocking loader runs it on an
+  // executor thread and it is not done, however old; otherwise nullptr.
+  // Once LiveFlight finds none, this is a hung load: starting another on
+  // the executor would take one more of its threads every max_age, until
+  // the hung key had them all.
+  std::shared_ptr<Flight> ExecutorFlight(const K& key, size_t hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Registered* r = in_flight_.Find(key, hash);
+    if (r == nullptr || r->pending != nullptr) return nullptr;
+    const Flight& f = *r->flight;
+    if (!f.on_executor() || f.done() || f.queued()) return nullptr;
+    return r->flight;
+  }
+
   // Whether LiveFlight would return a flight; makes none.
   bool HasLiveFlight(const K& key, size_t hash, int64_t now,
                      int64_t max_age) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
