@@ -20,7 +20,7 @@ Lifeline::CallbackScope::~CallbackScope() { innermost_scope = outer_; }
 
 Lifeline::Pass Lifeline::Enter() {
   MutexLock lock(&mu_);
-  if (closed_) return Pass();
+  if (closed_.load(std::memory_order_relaxed)) return Pass();
   ++running_;
   return Pass(this);
 }
@@ -45,8 +45,7 @@ void Lifeline::CloseAndWait() {
     }
   }
   MutexLock lock(&mu_);
-  closed_ = true;
-  closing_.store(true, std::memory_order_release);
+  closed_.store(true, std::memory_order_release);
   mu_.Await(cv_,
             [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return running_ == 0; });
 }

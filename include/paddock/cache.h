@@ -766,7 +766,7 @@ class Cache<K, V, P, H, E>::LoadTask {
       }
     }
     // A blocking loader holds this thread until it returns: a GetAsync
-    // miss or a refresh of the key waits for it rather than start another
+    // miss of the key waits for it rather than start another beside it
     // (Shard::ExecutorFlight).
     if (!claimed_ && !cache_->async_loader_) flight->MarkOnExecutor();
     cache_->RunLoad(load);

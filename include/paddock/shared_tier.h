@@ -166,12 +166,10 @@ class SharedTier {
   virtual bool AwaitChange(std::string_view key, absl::Duration timeout) = 0;
 
   // Receives other caches' writes. Callbacks run on a thread of the tier, one
-  // at a time per subscription; they must be quick and must not call back
-  // into the tier synchronously.
-  // Called on a thread of the tier's; a callback should not throw. One
-  // that throws out of OnInvalidate is given OnMissedInvalidations instead
-  // (by the tiers paddock provides), and an exception out of that is
-  // dropped.
+  // at a time per subscription; they must be quick, must not call back
+  // into the tier synchronously, and should not throw: one that throws out
+  // of OnInvalidate is given OnMissedInvalidations instead (by the tiers
+  // paddock provides), and an exception out of that is dropped.
   class Subscriber {
    public:
     virtual ~Subscriber() = default;

@@ -66,7 +66,7 @@ class Lifeline {
   // Whether CloseAndWait has begun: a task that would wait on something
   // outside this process (another process's fill) stops instead, so that
   // the destructor waits for this process's own work only. Thread-safe.
-  bool closing() const { return closing_.load(std::memory_order_acquire); }
+  bool closing() const { return closed_.load(std::memory_order_acquire); }
 
   // Stops giving passes and blocks until every pass given is destroyed.
   // Must not be called while the calling thread holds a pass. Called inside
@@ -81,8 +81,8 @@ class Lifeline {
 
   Mutex mu_;
   std::condition_variable cv_;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<bool> closing_{false};  // closed_, readable without mu_.
+  // Written under mu_; read under it by Enter, without it by closing().
+  std::atomic<bool> closed_{false};
   int running_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
