@@ -1,8 +1,10 @@
 // Tests of paddock/internal/flight.h: publish-once, waiting with and without
-// a timeout, many waiters on real threads, and the join count.
+// a timeout, many waiters on real threads, the join count, and the
+// asynchronous waiters it holds.
 
 #include "paddock/internal/flight.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
@@ -78,6 +80,65 @@ TEST(FlightTest, BoundedWaitReturnsAnOutcomePublishedMeanwhile) {
   publisher.join();
   ASSERT_NE(outcome, nullptr);
   EXPECT_EQ(*outcome, 3);
+}
+
+// An asynchronous waiter that only records whether it was claimed.
+class CountingWaiter : public AsyncWaiterBase {
+ public:
+  CountingWaiter() : AsyncWaiterBase(SteadyTime::max()) {}
+  bool Expire() override { return true; }
+  void Cancel() override {}
+};
+
+// A load that hangs for good while callers keep arriving and timing out
+// (their claim is the timeout's) holds the waiters still waiting, not every
+// caller since it began.
+TEST(FlightTest, AHungLoadForgetsTheAsyncWaitersThatTimedOut) {
+  Flight<int> flight(0);
+  std::vector<std::weak_ptr<AsyncWaiterBase>> answered;
+  std::shared_ptr<AsyncWaiterBase> waiting;
+  for (int i = 0; i < 10'000; ++i) {
+    auto w = std::make_shared<CountingWaiter>();
+    ASSERT_TRUE(flight.AddAsyncWaiter(w));
+    if (i % 1000 == 0) {
+      waiting = w;  // Still waiting: must be kept.
+      continue;
+    }
+    ASSERT_TRUE(w->Claim());  // Timed out.
+    answered.push_back(w);
+  }
+  EXPECT_LE(flight.async_waiters_held(), 64u);
+  int alive = 0;
+  for (const auto& w : answered) alive += w.expired() ? 0 : 1;
+  EXPECT_LE(alive, 64);
+  // Every waiter still waiting is answered by the load.
+  const std::vector<std::shared_ptr<AsyncWaiterBase>> published =
+      flight.Publish(1);
+  int unclaimed = 0;
+  for (const auto& w : published) unclaimed += w->claimed() ? 0 : 1;
+  EXPECT_EQ(unclaimed, 10);
+  EXPECT_NE(std::find(published.begin(), published.end(), waiting),
+            published.end());
+}
+
+// Waiters nobody answered are all kept, in the order they came.
+TEST(FlightTest, KeepsEveryAsyncWaiterStillWaitingInOrder) {
+  Flight<int> flight(0);
+  std::vector<std::shared_ptr<AsyncWaiterBase>> added;
+  for (int i = 0; i < 1000; ++i) {
+    added.push_back(std::make_shared<CountingWaiter>());
+    ASSERT_TRUE(flight.AddAsyncWaiter(added.back()));
+    if (i % 2 == 1) {
+      ASSERT_TRUE(added.back()->Claim());
+    }
+  }
+  std::vector<std::shared_ptr<AsyncWaiterBase>> expected;
+  for (const auto& w : added) {
+    if (!w->claimed()) expected.push_back(w);
+  }
+  std::vector<std::shared_ptr<AsyncWaiterBase>> published = flight.Publish(1);
+  std::erase_if(published, [](const auto& w) { return w->claimed(); });
+  EXPECT_EQ(published, expected);
 }
 
 }  // namespace

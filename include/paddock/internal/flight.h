@@ -95,12 +95,45 @@ class Flight {
 
   // Adds a waiter without a thread (joined like any waiter). Returns false if
   // the outcome is already published: the caller completes it itself from
-  // `published()`. Thread-safe.
+  // `published()`. Amortised O(1); a waiter claimed meanwhile (timed out) is
+  // forgotten when the list would grow, so that a load that hangs for good
+  // holds only the waiters still waiting, not every caller since it began.
+  // Thread-safe.
   bool AddAsyncWaiter(std::shared_ptr<AsyncWaiterBase> waiter) {
+    std::vector<std::shared_ptr<AsyncWaiterBase>> answered;  // Freed unlocked.
     std::lock_guard<std::mutex> lock(mu_);
     if (outcome_.has_value()) return false;
+    if (async_waiters_.size() == async_waiters_.capacity()) {
+      // Claimed is final here: whoever claimed it completes it (or, if the
+      // cache is closing, its destructor cancels it from its own list).
+      size_t claimed = 0;
+      for (const auto& w : async_waiters_) claimed += w->claimed() ? 1 : 0;
+      answered.reserve(claimed);  // Throws before anything moved.
+      // In order, so that the load answers its waiters first come first.
+      size_t kept = 0;
+      for (size_t i = 0; i < async_waiters_.size(); ++i) {
+        if (answered.size() < claimed && async_waiters_[i]->claimed()) {
+          answered.push_back(std::move(async_waiters_[i]));
+        } else if (kept != i) {
+          async_waiters_[kept++] = std::move(async_waiters_[i]);
+        } else {
+          ++kept;
+        }
+      }
+      async_waiters_.resize(kept);
+      // At least half free again, so that pruning stays amortised O(1).
+      if (2 * kept > async_waiters_.capacity()) {
+        async_waiters_.reserve(2 * async_waiters_.capacity());
+      }
+    }
     async_waiters_.push_back(std::move(waiter));
     return true;
+  }
+  // How many asynchronous waiters the flight holds (some perhaps answered
+  // already); for tests. Thread-safe.
+  size_t async_waiters_held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return async_waiters_.size();
   }
 
   // Stores the outcome, marks the flight done and wakes every blocked
