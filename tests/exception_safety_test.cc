@@ -30,6 +30,7 @@
 #include "paddock/completion.h"
 #include "paddock/executor.h"
 #include "paddock/internal/entry.h"
+#include "paddock/internal/load_slots.h"
 #include "paddock/internal/node_pool.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
@@ -40,6 +41,8 @@
 namespace {
 // 0: no failure armed.
 thread_local size_t fail_next_allocation_of = 0;
+// How many allocations this thread made.
+thread_local size_t allocations = 0;
 }  // namespace
 
 // ThreadSanitizer's runtime defines operator new itself: there, the
@@ -52,6 +55,7 @@ thread_local size_t fail_next_allocation_of = 0;
 #endif
 
 void* operator new(size_t n) {
+  ++allocations;
   if (fail_next_allocation_of != 0 && n == fail_next_allocation_of) {
     fail_next_allocation_of = 0;
     throw std::bad_alloc();
@@ -103,6 +107,33 @@ TEST(ExceptionSafety, FailingToAllocateTheEntryFailsThatLoadOnly) {
   // max_load_age, a registered load that never finished would block it).
   EXPECT_EQ(*cache.Get("k"), "k");
   EXPECT_EQ(loads, 2);
+}
+
+// Taking and giving back load slots never allocates, so never throws: a
+// load that claimed a queued refresh's flight always gets to publish it.
+TEST(ExceptionSafety, LoadSlotsNeverAllocateOnceMade) {
+  if (PADDOCK_TEST_TSAN) GTEST_SKIP() << "no operator new of ours under TSan";
+  internal::LoadSlots slots(3, absl::Seconds(1));
+  const size_t before = allocations;
+  int64_t now = 0;
+  for (int round = 0; round < 1000; ++round) {
+    const internal::LoadSlots::Ticket reserved = slots.TryReserve(now);
+    const internal::LoadSlots::Ticket a = slots.TryAcquire(now);
+    const internal::LoadSlots::Ticket b =
+        slots.AcquireFor(absl::ZeroDuration(), [now] { return now; });
+    ASSERT_NE(reserved, 0u);
+    ASSERT_NE(a, 0u);
+    ASSERT_NE(b, 0u);
+    // Full: a load takes the reservation; the refresh starts without it.
+    const internal::LoadSlots::Ticket c = slots.TryAcquire(now);
+    ASSERT_NE(c, 0u);
+    EXPECT_EQ(slots.Restart(reserved, now), 0u);
+    now += absl::ToInt64Nanoseconds(absl::Seconds(2));  // All hung now.
+    const internal::LoadSlots::Ticket d = slots.TryAcquire(now);
+    ASSERT_NE(d, 0u);
+    for (auto t : {a, b, c, d}) slots.Release(t);
+  }
+  EXPECT_EQ(allocations, before);
 }
 
 // A value whose copy throws while `fail_copies` is set on the copying thread

@@ -13,6 +13,10 @@
 // (the newest) rather than wait, or fail, behind refreshes an executor has
 // not started. The refresh then finds its reservation gone when it starts,
 // and runs only if a slot is free by then.
+//
+// The holders live in an array sized once, by the constructor: taking or
+// giving back a slot never allocates, so never throws, and a load that
+// claimed a queued flight always gets an answer to publish.
 
 #ifndef PADDOCK_INTERNAL_LOAD_SLOTS_H_
 #define PADDOCK_INTERNAL_LOAD_SLOTS_H_
@@ -22,10 +26,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "paddock/internal/mutex.h"
 #include "paddock/internal/time_math.h"
@@ -37,8 +41,13 @@ class LoadSlots {
   // A taken slot; 0 is no slot. Hand it back with Release().
   using Ticket = uint64_t;
 
+  // Allocates room for `limit` holders (throws std::bad_alloc if it cannot).
   LoadSlots(int limit, absl::Duration max_age)
-      : limit_(limit), max_age_(ToNanosSaturated(max_age)) {}
+      : limit_(limit), max_age_(ToNanosSaturated(max_age)) {
+    holders_.resize(static_cast<size_t>(limit_));
+    free_.reserve(holders_.size());
+    for (size_t i = holders_.size(); i > 0; --i) free_.push_back(i - 1);
+  }
 
   // Takes a slot if one is free at `now` (cache-clock nanoseconds), taking a
   // reservation's if none is. Returns 0 if none can be taken. Never blocks.
@@ -64,8 +73,9 @@ class LoadSlots {
   Ticket Restart(Ticket ticket, int64_t now) {
     if (limit_ == 0) return kUnlimited;
     MutexLock lock(&mu_);
-    if (auto it = holders_.find(ticket); it != holders_.end()) {
-      it->second = {now, /*reserved=*/false};
+    if (Holder* h = FindLocked(ticket); h != nullptr) {
+      h->since = now;
+      h->reserved = false;
       return ticket;
     }
     return TakeLocked(now, Take::kStart);
@@ -86,7 +96,9 @@ class LoadSlots {
     if (limit_ == 0 || ticket == 0) return;
     {
       MutexLock lock(&mu_);
-      if (holders_.erase(ticket) == 0) return;
+      Holder* h = FindLocked(ticket);
+      if (h == nullptr) return;
+      FreeLocked(*h);
       ++releases_;
     }
     cv_.notify_one();
@@ -128,51 +140,69 @@ class LoadSlots {
   static constexpr std::chrono::milliseconds kRecheck{100};
 
   struct Holder {
-    int64_t since;  // When it took the slot or, reserved, started.
-    bool reserved;  // Queued, not running: never ages out; a load takes it.
+    Ticket ticket = 0;      // 0: free.
+    int64_t since = 0;      // When it took the slot or, reserved, started.
+    bool reserved = false;  // Queued, not running: never ages out; a load
+                            // takes it.
   };
   // kLoad: a load that runs now, which may take a reservation.
   // kReservation: a queued load's reservation. kStart: a queued load that
   // lost its reservation and starts now.
   enum class Take { kLoad, kReservation, kStart };
 
+  // A ticket names its holder's index (ticket - 1 modulo the limit) and,
+  // above it, a sequence number: tickets only grow, and one given back or
+  // taken away is never valid again.
+  Holder* FindLocked(Ticket ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ticket == 0) return nullptr;
+    Holder& h = holders_[(ticket - 1) % holders_.size()];
+    return h.ticket == ticket ? &h : nullptr;
+  }
+
+  void FreeLocked(Holder& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    h = Holder{};
+    // Never reallocates: its capacity is the number of holders.
+    free_.push_back(static_cast<size_t>(&h - holders_.data()));
+  }
+
   // When the oldest running holder took its slot, or the maximum if none.
   int64_t OldestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     int64_t oldest = std::numeric_limits<int64_t>::max();
-    for (const auto& [ticket, holder] : holders_) {
-      if (!holder.reserved) oldest = std::min(oldest, holder.since);
+    for (const Holder& h : holders_) {
+      if (h.ticket != 0 && !h.reserved) oldest = std::min(oldest, h.since);
     }
     return oldest;
   }
 
   Ticket TakeLocked(int64_t now, Take take) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (holders_.size() >= static_cast<size_t>(limit_)) {
+    if (free_.empty()) {
       // A hung load first: it stops counting against the limit. Then, for a
       // load, the newest reservation (the oldest is the likeliest to start
       // soon). Tickets only grow, so the newest has the largest.
-      auto oldest = holders_.end();
-      auto newest_reserved = holders_.end();
-      for (auto it = holders_.begin(); it != holders_.end(); ++it) {
-        if (it->second.reserved) {
-          if (newest_reserved == holders_.end() ||
-              it->first > newest_reserved->first) {
-            newest_reserved = it;
+      Holder* oldest = nullptr;
+      Holder* newest_reserved = nullptr;
+      for (Holder& h : holders_) {
+        if (h.reserved) {
+          if (newest_reserved == nullptr ||
+              h.ticket > newest_reserved->ticket) {
+            newest_reserved = &h;
           }
-        } else if (oldest == holders_.end() ||
-                   it->second.since < oldest->second.since) {
-          oldest = it;
+        } else if (oldest == nullptr || h.since < oldest->since) {
+          oldest = &h;
         }
       }
-      if (oldest != holders_.end() && now - oldest->second.since >= max_age_) {
-        holders_.erase(oldest);
-      } else if (take == Take::kLoad && newest_reserved != holders_.end()) {
-        holders_.erase(newest_reserved);
+      if (oldest != nullptr && now - oldest->since >= max_age_) {
+        FreeLocked(*oldest);
+      } else if (take == Take::kLoad && newest_reserved != nullptr) {
+        FreeLocked(*newest_reserved);
       } else {
         return 0;
       }
     }
-    const Ticket ticket = next_ticket_++;
-    holders_.emplace(ticket, Holder{now, take == Take::kReservation});
+    const size_t index = free_.back();
+    free_.pop_back();
+    const Ticket ticket = next_sequence_++ * holders_.size() + index + 1;
+    holders_[index] = Holder{ticket, now, take == Take::kReservation};
     return ticket;
   }
 
@@ -180,8 +210,11 @@ class LoadSlots {
   const int64_t max_age_;
   Mutex mu_;
   std::condition_variable cv_;
-  absl::flat_hash_map<Ticket, Holder> holders_ ABSL_GUARDED_BY(mu_);
-  Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  // Sized once; free_ holds the indices of the free holders (its capacity
+  // reserved, so pushing never allocates).
+  std::vector<Holder> holders_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> free_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t releases_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
