@@ -788,13 +788,16 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 class Cache<K, V, P, H, E>::AsyncWaiter final
     : public internal::AsyncWaiterBase {
  public:
+  // `joined`: it waits for another caller's load (its timeout is counted as
+  // a wait timeout), not for one it started.
   AsyncWaiter(Cache* cache, const K& key, size_t hash, Callback done,
-              SteadyTime deadline)
+              SteadyTime deadline, bool joined)
       : AsyncWaiterBase(deadline),
         cache_(cache),
         lifeline_(cache->lifeline_),
         key_(key),
         hash_(hash),
+        joined_(joined),
         done_(std::move(done)) {}
 
   // Calls back with `result`; for the waiter's claimer only.
@@ -816,7 +819,7 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
     if (!pass) return false;  // ~Cache cancels it, on its own thread.
     absl::StatusOr<V> result = absl::InternalError("paddock: timed out");
     try {
-      result = cache_->TimedOut(key_, hash_);
+      result = cache_->TimedOut(key_, hash_, joined_);
     } catch (...) {
       // A copy of V threw: the caller gets the timeout's Internal error.
     }
@@ -833,6 +836,7 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
   const std::shared_ptr<internal::Lifeline> lifeline_;
   const K key_;
   const size_t hash_;
+  const bool joined_;
   Callback done_;
 };
 
@@ -1254,19 +1258,20 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
         internal::IsForever(timeout)
             ? internal::AsyncWaiterBase::SteadyTime::max()
             : std::chrono::steady_clock::now() +
-                  absl::ToChronoNanoseconds(timeout));
+                  absl::ToChronoNanoseconds(timeout),
+        /*joined=*/!lead);
     if (timeout <= absl::ZeroDuration()) {
       // Never waits: the answer a timeout gives, now. (The load, if this
       // caller started one, still runs and stores.)
       waiter->Claim();
-      waiter->Run(TimedOut(key, hash));
+      waiter->Run(TimedOut(key, hash, /*counted=*/!lead));
     } else {
       try {
         async_waiters_.Add(waiter);
       } catch (...) {
         // No timer thread: this caller gets the timeout's answer at once.
         waiter->Claim();
-        waiter->Run(TimedOut(key, hash));
+        waiter->Run(TimedOut(key, hash, /*counted=*/!lead));
       }
       bool joined = true;
       try {
