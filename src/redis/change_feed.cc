@@ -156,6 +156,7 @@ void ChangeFeed::Run() {
       if (pong) {
         pong_due.reset();
         next_ping = MonotonicNow() + config_.health_check_interval;
+        backoff = kFirstBackoff;  // This connection has proved itself.
       }
     }
   };
@@ -170,7 +171,10 @@ void ChangeFeed::Run() {
         continue;
       }
       connection_ = *std::move(connection);
-      backoff = kFirstBackoff;
+      // Reset by the first pong, not here: a connection dropped as soon as
+      // it subscribes (a proxy, a server refusing us) must not make this
+      // thread reconnect, and every cache drop its entries, every 20 ms.
+      backoff = std::min(backoff * 2, kMaxBackoff);
       next_ping = MonotonicNow() + config_.health_check_interval;
       log_->SetConnected(true);
       // Whatever was published while we were away is lost.

@@ -468,6 +468,72 @@ TEST(ChangeFeedTest,
   rmdir(dir);
 }
 
+// A subscription dropped as soon as it is confirmed (a proxy, a server that
+// refuses us) is retried with a growing backoff: each reconnection makes
+// every cache drop its entries, so it must not come every 20 ms.
+TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
+  char dir[] = "/tmp/paddock-feed-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/fake.sock";
+  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  ASSERT_EQ(listen(listener, 16), 0);
+
+  std::atomic<bool> done{false};
+  std::atomic<int> subscribes{0};
+  std::thread fake([&] {
+    while (!done.load()) {
+      pollfd p = {.fd = listener, .events = POLLIN, .revents = 0};
+      if (poll(&p, 1, 20) != 1) continue;
+      const int c = accept(listener, nullptr, nullptr);
+      if (c < 0) continue;
+      char buf[4096];
+      if (read(c, buf, sizeof(buf)) > 0) {
+        const std::string confirm =
+            "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+        if (write(c, confirm.data(), confirm.size()) > 0) ++subscribes;
+      }
+      close(c);  // Dropped at once.
+    }
+  });
+
+  struct Missed : SharedTier::Subscriber {
+    void OnInvalidate(std::string_view) override {}
+    void OnMissedInvalidations() override {}
+  } subscriber;
+  ChangeLog log;
+  auto hub = std::make_shared<SubscriberHub>();
+  std::unique_ptr<SharedTier::Subscription> subscription =
+      hub->Subscribe(&subscriber);
+  {
+    absl::StatusOr<RedisAddress> address = ParseRedisAddress("unix:" + path);
+    ASSERT_TRUE(address.ok()) << address.status();
+    ChangeFeed feed({.address = *address,
+                     .channel = "ch",
+                     .connect_timeout = absl::Seconds(10),
+                     .io_timeout = absl::Seconds(10),
+                     .health_check_interval = absl::Seconds(60)},
+                    &log, hub);
+    ASSERT_TRUE(feed.Start().ok());
+    ASSERT_TRUE(Eventually([&] { return subscribes.load() >= 1; }));
+    absl::SleepFor(absl::Seconds(1));
+    // Backoff from 20 ms doubling: at most 6 in the first 1.26 s (50 if it
+    // went back to 20 ms after each confirmation).
+    EXPECT_LE(subscribes.load(), 8);
+    EXPECT_GE(feed.losses(), 1u);
+  }
+  done.store(true);
+  fake.join();
+  close(listener);
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
 // ---- SubscriberHub ----------------------------------------------------------
 
 struct Recorder : SharedTier::Subscriber {
