@@ -133,9 +133,22 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
     return connection.status();
   }
   counters_.calls.fetch_add(1, std::memory_order_relaxed);
-  absl::StatusOr<RedisReplyPtr> reply = run(**connection, deadline);
+  absl::StatusOr<RedisReplyPtr> reply = absl::UnknownError("not run");
+  try {
+    reply = run(**connection, deadline);
+  } catch (...) {
+    // Out of memory building the command: the connection's state is
+    // unknown; close it, but give its place in the pool back.
+    (*connection)->Discard();
+    pool_.Return(*std::move(connection));
+    breaker_.Report(ticket, CircuitBreaker::Outcome::kNeutral);
+    throw;
+  }
 
   CircuitBreaker::Outcome outcome = CircuitBreaker::Outcome::kSuccess;
+  // Set for a reply from a demoted primary: every pooled connection
+  // reaches it, so all are closed and the next calls connect anew.
+  bool wrong_server = false;
   if ((*connection)->broken()) {
     outcome = CircuitBreaker::Outcome::kFailure;
   } else if (!reply.ok()) {
@@ -146,10 +159,15 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
     if (IsServerUnhealthyReply(**reply)) {
       outcome = CircuitBreaker::Outcome::kFailure;
     }
+    wrong_server = IsWrongServerReply(**reply);
     reply = RedisErrorReply(config_.address, **reply);
   }
   const bool transport_failed = (*connection)->broken();
   if (maybe_ran != nullptr) *maybe_ran = transport_failed && !reply.ok();
+  // A server that lost the connection (a restart) lost the others too; one
+  // that answered too slowly did not: its other connections stay pooled.
+  const bool lost_server =
+      transport_failed && !absl::IsDeadlineExceeded(reply.status());
   pool_.Return(*std::move(connection));
   if (outcome == CircuitBreaker::Outcome::kFailure) {
     counters_.failures.fetch_add(1, std::memory_order_relaxed);
@@ -157,7 +175,7 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
       counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  if (transport_failed) pool_.Flush();
+  if (lost_server || wrong_server) pool_.Flush();
   breaker_.Report(ticket, outcome);
   return reply;
 }

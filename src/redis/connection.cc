@@ -2,9 +2,12 @@
 
 #include "redis/connection.h"
 
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <cerrno>
@@ -133,6 +136,26 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     return absl::UnavailableError(
         absl::StrCat(Prefix(address.text), "cannot connect: ", reason));
   }
+  // hiredis 0.14 opens its sockets without close-on-exec: a child the
+  // service spawns would hold them open, and Redis would not see a closed
+  // connection (a subscriber would stay subscribed, unread).
+  if (const int flags = fcntl(context->fd, F_GETFD);
+      flags == -1 || fcntl(context->fd, F_SETFD, flags | FD_CLOEXEC) == -1) {
+    const int fcntl_errno = errno;
+    redisFree(context);
+    return absl::UnavailableError(absl::StrCat(
+        Prefix(address.text), "cannot set close-on-exec on its socket: ",
+        std::strerror(fcntl_errno)));
+  }
+  // Over TCP, a link that dies silently (a NAT or a firewall forgets it)
+  // is found by keepalive probes while the connection sits idle in the
+  // pool, instead of by the next call's timeout.
+  if (!address.is_unix() && redisEnableKeepAlive(context) != REDIS_OK) {
+    std::string reason = context->errstr;
+    redisFree(context);
+    return absl::UnavailableError(absl::StrCat(
+        Prefix(address.text), "cannot enable TCP keepalive: ", reason));
+  }
   return std::unique_ptr<RedisConnection>(
       new RedisConnection(address, context));
 }
@@ -142,6 +165,26 @@ RedisConnection::RedisConnection(const RedisAddress& address,
     : address_(address.text), context_(context) {}
 
 RedisConnection::~RedisConnection() { redisFree(context_); }
+
+bool RedisConnection::LostWhileIdle() {
+  if (broken_) return true;
+  pollfd p{.fd = context_->fd, .events = POLLIN, .revents = 0};
+  int ready;
+  do {
+    ready = poll(&p, 1, 0);
+  } while (ready == -1 && errno == EINTR);
+  if (ready == 0) return false;  // Nothing to read: open as far as we know.
+  if (ready == 1 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0) {
+    // Readable: the peer's end of file (it closed the connection, as
+    // Redis's `timeout` or a restart does) or bytes nobody asked for.
+    // Either way no next reply can be trusted.
+    char byte;
+    const ssize_t n = recv(context_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  }
+  broken_ = true;
+  return true;
+}
 
 absl::Status RedisConnection::SetTimeout(absl::Time deadline) {
   const absl::Time now = MonotonicNow();
@@ -281,7 +324,12 @@ bool IsServerUnhealthyReply(const redisReply& reply) {
        {"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"}) {
     if (absl::StartsWith(message, prefix)) return true;
   }
-  return false;
+  return IsWrongServerReply(reply);
+}
+
+bool IsWrongServerReply(const redisReply& reply) {
+  return reply.type == REDIS_REPLY_ERROR && reply.str != nullptr &&
+         absl::StartsWith(absl::string_view(reply.str, reply.len), "READONLY");
 }
 
 }  // namespace paddock::internal

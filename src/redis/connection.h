@@ -69,6 +69,13 @@ class RedisConnection {
   int fd() const { return context_->fd; }
   // Whether an error left the connection unusable.
   bool broken() const { return broken_; }
+  // Marks the connection unusable (closed when given back), for a reply that
+  // says it reaches the wrong server.
+  void Discard() { broken_ = true; }
+  // For a connection idle between calls: whether it is broken or the peer
+  // closed it (or sent what nobody asked for) meanwhile; marks it broken
+  // then. One poll(2), never blocks.
+  bool LostWhileIdle();
 
   // The pool's mark: which flush generation the connection belongs to.
   uint64_t generation() const { return generation_; }
@@ -109,6 +116,12 @@ absl::Status RedisErrorReply(const RedisAddress& address,
 // Whether an error reply says the server cannot serve now (busy running a
 // script, loading, no master...), which counts as a failure of the server.
 bool IsServerUnhealthyReply(const redisReply& reply);
+
+// Whether an error reply says the connection reaches a server that can no
+// longer take our writes (a primary demoted to replica, behind an address
+// that now names the new primary): a new connection may reach the right
+// one.
+bool IsWrongServerReply(const redisReply& reply);
 
 }  // namespace paddock::internal
 

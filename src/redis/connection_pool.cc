@@ -24,13 +24,19 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> ConnectionPool::Acquire(
     absl::Time deadline, bool* connect_failed) {
   *connect_failed = false;
   uint64_t generation = 0;
+  std::vector<std::unique_ptr<RedisConnection>> lost;  // Closed unlocked.
   {
     absl::MutexLock lock(&mu_);
     while (true) {
       if (!idle_.empty()) {
         std::unique_ptr<RedisConnection> connection = std::move(idle_.back());
         idle_.pop_back();
-        return connection;
+        // One the server closed while it sat here (its `timeout`, a
+        // restart) would fail the caller's call: open another instead.
+        if (!connection->LostWhileIdle()) return connection;
+        --open_;
+        lost.push_back(std::move(connection));
+        continue;
       }
       if (open_ < size_) break;
       const absl::Duration remaining = deadline - MonotonicNow();
@@ -48,6 +54,8 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> ConnectionPool::Acquire(
   // meanwhile.
   const absl::Duration timeout =
       std::min(connect_timeout_, deadline - MonotonicNow());
+  // Woken for a free place with no time left: the call ran out of time
+  // waiting here, which says nothing of the server.
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
       timeout > absl::ZeroDuration()
           ? RedisConnection::Open(address_, timeout)
@@ -55,7 +63,7 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> ConnectionPool::Acquire(
                 absl::StrCat("paddock::RedisTier: ", address_.text,
                              ": I/O timeout before connecting"));
   if (!connection.ok()) {
-    *connect_failed = true;
+    *connect_failed = timeout > absl::ZeroDuration();
     absl::MutexLock lock(&mu_);
     --open_;
     returned_.Signal();

@@ -2,7 +2,8 @@
 // -----------------------------------------------------------------------------
 // `ConnectionPool`: at most `size` connections to one Redis, handed to one
 // caller at a time (hiredis contexts are not thread-safe). A broken
-// connection is closed on return and a new one made when needed.
+// connection is closed on return, an idle one the server closed meanwhile
+// when it would be handed out, and a new one made when needed.
 
 #ifndef PADDOCK_SRC_REDIS_CONNECTION_POOL_H_
 #define PADDOCK_SRC_REDIS_CONNECTION_POOL_H_
@@ -30,11 +31,12 @@ class ConnectionPool {
 
   // ConnectionPool::Acquire()
   //
-  // Returns an idle connection, or opens one if fewer than `size` are open,
-  // or waits for one to be returned; all before `deadline`
-  // (`MonotonicNow()`). Opening waits for at most `connect_timeout`. Returns
-  // `absl::DeadlineExceededError` if none came free, or the error of the
-  // connect; `*connect_failed` says which. Thread-safe.
+  // Returns an idle connection the server has not closed, or opens one if
+  // fewer than `size` are open, or waits for one to be returned; all before
+  // `deadline` (`MonotonicNow()`). Opening waits for at most
+  // `connect_timeout`. Returns `absl::DeadlineExceededError` if none came
+  // free in time, or the error of the connect; `*connect_failed` says
+  // which. Thread-safe.
   absl::StatusOr<std::unique_ptr<RedisConnection>> Acquire(absl::Time deadline,
                                                            bool* connect_failed)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -3,6 +3,8 @@
 // must then fail them fast, and the same tier must recover on its own.
 // Bounds on time are generous: the machine running the tests may be busy.
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -15,13 +17,18 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/redis.h"
 #include "paddock/shared_tier.h"
+#include "redis/address.h"
+#include "redis/connection.h"
 #include "redis_server.h"
 
 namespace paddock {
@@ -29,7 +36,9 @@ namespace {
 
 using ::paddock::testing::RedisServer;
 using ::testing::AnyOf;
+using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Lease = SharedLookup::Lease;
 
 // Scheduling slack allowed on top of a timeout.
@@ -270,6 +279,61 @@ TEST_F(RedisTierFaultTest, AKilledServerFailsCallsAndARestartedOneIsUsedAgain) {
   EXPECT_EQ(subscriber.last_key(), "after");
 }
 
+// The ids of the normal (not subscribed) clients of `server`, but for the
+// connection that asks.
+std::vector<std::string> ClientIds(RedisServer& server) {
+  absl::StatusOr<std::string> list =
+      server.Command({"CLIENT", "LIST", "TYPE", "normal"});
+  EXPECT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> ids;
+  for (absl::string_view line : absl::StrSplit(list.value_or(""), '\n')) {
+    if (absl::StrContains(line, "cmd=client|list")) continue;
+    for (absl::string_view field : absl::StrSplit(line, ' ')) {
+      if (absl::ConsumePrefix(&field, "id=")) ids.emplace_back(field);
+    }
+  }
+  return ids;
+}
+
+// A primary demoted to replica behind the same address answers writes with
+// READONLY: a failure of the server, and every pooled connection is closed,
+// so that the next calls connect anew (behind a DNS name or a virtual IP,
+// to the new primary).
+TEST_F(RedisTierFaultTest,
+       ADemotedPrimaryIsAFailureAndItsConnectionsAreMadeAnew) {
+  std::shared_ptr<RedisTier> tier = Connect(Options());
+  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(tier->Put("k", ValueFill("v"), 0).ok());
+  const std::vector<std::string> before = ClientIds(*server_);
+  ASSERT_FALSE(before.empty());
+  // A replica of a primary that does not exist: it refuses every write.
+  ASSERT_TRUE(server_->Command({"REPLICAOF", "127.0.0.1", "1"}).ok());
+  const uint64_t failures = tier->stats().failures;
+  absl::Status put = tier->Put("k", ValueFill("w"), 0);
+  EXPECT_EQ(put.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(put.message(), HasSubstr("READONLY"));
+  EXPECT_EQ(tier->stats().failures, failures + 1);
+  ASSERT_TRUE(server_->Command({"REPLICAOF", "NO", "ONE"}).ok());
+  ASSERT_TRUE(tier->Put("k", ValueFill("w"), 0).ok());
+  for (const std::string& id : ClientIds(*server_)) {
+    EXPECT_THAT(before, Not(Contains(id))) << "connection " << id << " kept";
+  }
+}
+
+// hiredis 0.14 opens sockets without close-on-exec; a child the service
+// spawns must not hold the tier's connections open.
+TEST_F(RedisTierFaultTest, ConnectionsAreClosedOnExec) {
+  absl::StatusOr<internal::RedisAddress> address =
+      internal::ParseRedisAddress(server_->address());
+  ASSERT_TRUE(address.ok()) << address.status();
+  absl::StatusOr<std::unique_ptr<internal::RedisConnection>> connection =
+      internal::RedisConnection::Open(*address, absl::Seconds(5));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  const int flags = fcntl((*connection)->fd(), F_GETFD);
+  ASSERT_NE(flags, -1);
+  EXPECT_NE(flags & FD_CLOEXEC, 0);
+}
+
 TEST_F(RedisTierFaultTest, AHungServerCostsTheSubscriptionWhichComesBack) {
   std::shared_ptr<RedisTier> tier = Connect(Options());
   ASSERT_NE(tier, nullptr);
@@ -318,7 +382,8 @@ TEST_F(RedisTierFaultTest, ASlowSubscriberIsNotASubscriptionLoss) {
   EXPECT_EQ(subscriber.missed(), 0);
 }
 
-TEST_F(RedisTierFaultTest, DroppedConnectionsAreReplaced) {
+TEST_F(RedisTierFaultTest,
+       DroppedIdleConnectionsAreReplacedBeforeTheyFailACall) {
   std::shared_ptr<RedisTier> tier = Connect(Options());
   ASSERT_NE(tier, nullptr);
   CountingSubscriber subscriber;
@@ -329,12 +394,13 @@ TEST_F(RedisTierFaultTest, DroppedConnectionsAreReplaced) {
       server_->Command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"})
           .ok());
   ASSERT_TRUE(server_->Command({"CLIENT", "KILL", "TYPE", "pubsub"}).ok());
-  // At most the call that finds its connection dead fails.
+  // No call fails: a pooled connection the server closed while it was idle
+  // is replaced before a call is sent on it.
   int failed = 0;
   for (int i = 0; i < 5; ++i) {
     if (!tier->Lookup("k", "", absl::ZeroDuration()).ok()) ++failed;
   }
-  EXPECT_LE(failed, 1);
+  EXPECT_EQ(failed, 0);
   ASSERT_TRUE(subscriber.WaitForMissed(1));
   EXPECT_TRUE(tier->subscribed());
 }
