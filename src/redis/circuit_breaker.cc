@@ -42,8 +42,11 @@ void CircuitBreaker::Report(Ticket ticket, Outcome outcome) {
       return;
     case Outcome::kFailure:
       ++consecutive_failures_;
-      if (ticket.probe || (state_ == State::kClosed &&
-                           consecutive_failures_ >= failures_to_open_)) {
+      // A probe's failure reopens only while probing: one replaced after a
+      // cooldown may report after a later probe closed the breaker.
+      if ((ticket.probe && state_ == State::kProbing) ||
+          (state_ == State::kClosed &&
+           consecutive_failures_ >= failures_to_open_)) {
         Open(clock_->Now());
       }
       return;

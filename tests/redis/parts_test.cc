@@ -135,6 +135,28 @@ TEST(CircuitBreakerTest, ALateSuccessOfAnOldCallCloses) {
   EXPECT_FALSE(breaker.open());
 }
 
+// A probe replaced after a cooldown may still report, late: once a later
+// probe has closed the breaker, its failure is one failure among others,
+// not a reason to open again.
+TEST(CircuitBreakerTest, ALateFailureOfAReplacedProbeDoesNotReopen) {
+  ManualClock clock;
+  CircuitBreaker breaker(3, absl::Seconds(1), &clock);
+  for (int i = 0; i < 3; ++i)
+    breaker.Report(breaker.Admit(), Outcome::kFailure);
+  ASSERT_TRUE(breaker.open());
+  clock.Advance(absl::Seconds(1));
+  const CircuitBreaker::Ticket slow = breaker.Admit();
+  ASSERT_TRUE(slow.probe);
+  clock.Advance(absl::Seconds(1));
+  const CircuitBreaker::Ticket replacement = breaker.Admit();
+  ASSERT_TRUE(replacement.probe);
+  breaker.Report(replacement, Outcome::kSuccess);
+  ASSERT_FALSE(breaker.open());
+  breaker.Report(slow, Outcome::kFailure);
+  EXPECT_FALSE(breaker.open());
+  EXPECT_EQ(breaker.opens(), 1u);
+}
+
 // ---- ChangeLog --------------------------------------------------------------
 
 absl::Time In(absl::Duration d) { return MonotonicNow() + d; }
