@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -145,7 +146,7 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     redisFree(context);
     return absl::UnavailableError(absl::StrCat(
         Prefix(address.text), "cannot set close-on-exec on its socket: ",
-        std::strerror(fcntl_errno)));
+        std::generic_category().message(fcntl_errno)));
   }
   // Over TCP, a link that dies silently (a NAT or a firewall forgets it)
   // is found by keepalive probes while the connection sits idle in the
