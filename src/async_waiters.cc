@@ -2,6 +2,8 @@
 
 #include "paddock/internal/async_waiters.h"
 
+#include <algorithm>
+#include <functional>
 #include <utility>
 
 namespace paddock::internal {
@@ -23,8 +25,16 @@ void AsyncWaiters::Add(const std::shared_ptr<AsyncWaiterBase>& w) {
       timer_ = std::thread([this] { RunTimer(); });  // May throw: kept none.
     }
     w->id_ = next_id_++;
+    w->timed_ = timed;
+    // The timer first: if keeping the waiter then throws, a timer whose id
+    // is not pending is skipped.
+    if (timed) {
+      timers_.push_back(Timer{w->deadline(), w->id_});
+      std::push_heap(timers_.begin(), timers_.end(), std::greater<>());
+      ++timers_version_;
+    }
     pending_.emplace(w->id_, w);
-    if (timed) timers_.push(Timer{w->deadline(), w->id_});
+    if (timed) ++timed_pending_;
   }
   if (timed) cv_.notify_one();
 }
@@ -35,6 +45,19 @@ void AsyncWaiters::Remove(const AsyncWaiterBase* w) {
   if (auto it = pending_.find(w->id_); it != pending_.end()) {
     dropped = std::move(it->second);
     pending_.erase(it);
+    if (dropped->timed_) --timed_pending_;
+  }
+  // Most waiters are answered long before their deadline: drop their timers
+  // once they outnumber the live ones (in place, so nothing allocates;
+  // amortised O(1) per waiter).
+  if (timers_.size() > kMinTimersToCompact &&
+      timers_.size() > 2 * timed_pending_) {
+    std::erase_if(timers_,
+                  [this](const Timer& t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                    return !pending_.contains(t.id);
+                  });
+    std::make_heap(timers_.begin(), timers_.end(), std::greater<>());
+    ++timers_version_;
   }
 }
 
@@ -43,6 +66,7 @@ size_t AsyncWaiters::CancelAll() {
   {
     MutexLock lock(&mu_);
     pending.swap(pending_);
+    timed_pending_ = 0;
     stopping_ = true;
   }
   cv_.notify_all();
@@ -62,6 +86,11 @@ size_t AsyncWaiters::pending() const {
   return pending_.size();
 }
 
+size_t AsyncWaiters::timers_held() const {
+  MutexLock lock(&mu_);
+  return timers_.size();
+}
+
 void AsyncWaiters::RunTimer() {
   for (;;) {
     std::shared_ptr<AsyncWaiterBase> due;
@@ -75,16 +104,17 @@ void AsyncWaiters::RunTimer() {
           });
           continue;
         }
-        const Timer next = timers_.top();
+        const Timer next = timers_.front();
         if (std::chrono::steady_clock::now() < next.deadline) {
-          const size_t size = timers_.size();
+          const uint64_t version = timers_version_;
           mu_.AwaitUntil(cv_, next.deadline,
-                         [this, size]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                           return stopping_ || timers_.size() != size;
+                         [this, version]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                           return stopping_ || timers_version_ != version;
                          });
           continue;
         }
-        timers_.pop();
+        std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
+        timers_.pop_back();
         // Still pending (not answered, nor given up by ~Cache): a second
         // reference, so that nothing of it dies under the lock.
         if (auto it = pending_.find(next.id); it != pending_.end()) {

@@ -16,7 +16,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <queue>
 #include <thread>
 #include <vector>
 
@@ -54,7 +53,8 @@ class AsyncWaiterBase {
   friend class AsyncWaiters;
   const SteadyTime deadline_;
   std::atomic<bool> claimed_{false};
-  uint64_t id_ = 0;  // In its AsyncWaiters; set by Add.
+  uint64_t id_ = 0;     // In its AsyncWaiters; set by Add.
+  bool timed_ = false;  // Has a timer there; set by Add.
 };
 
 class AsyncWaiters {
@@ -78,6 +78,8 @@ class AsyncWaiters {
   size_t CancelAll();
 
   size_t pending() const;
+  // Timers kept, some perhaps of waiters answered already; for tests.
+  size_t timers_held() const;
 
  private:
   // By id, not by pointer: a waiter answered before its deadline is freed
@@ -96,8 +98,15 @@ class AsyncWaiters {
   std::condition_variable cv_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<AsyncWaiterBase>> pending_
       ABSL_GUARDED_BY(mu_);
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_
-      ABSL_GUARDED_BY(mu_);
+  // A min-heap by deadline (std::push_heap with std::greater). A waiter
+  // answered before its deadline leaves its timer behind; Remove drops such
+  // timers once they are more than half the heap, so that the heap tracks
+  // the waiters pending, not every miss within one wait_timeout.
+  std::vector<Timer> timers_ ABSL_GUARDED_BY(mu_);
+  size_t timed_pending_ ABSL_GUARDED_BY(mu_) = 0;  // Pending, with a timer.
+  // Changed whenever timers_ is (for the timer thread's wait).
+  uint64_t timers_version_ ABSL_GUARDED_BY(mu_) = 0;
+  static constexpr size_t kMinTimersToCompact = 64;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;  // Started by the first Add with a deadline.
