@@ -176,17 +176,22 @@ class Cache {
   //
   // Never blocks and never runs a blocking loader on the calling thread. A
   // value the policy serves at once (fresh or stale) calls `done` inline,
-  // before GetAsync returns, allocating nothing. Otherwise `done` runs
-  // exactly once, on the thread that completes the load (for a blocking
-  // loader that is a thread of `Options::executor`; for an asynchronous one,
-  // the thread that calls its completion), with what `Get` would have
-  // returned: coalescing, policies, stale values, `error_ttl`,
-  // `max_concurrent_loads`, the shared tier and the stats behave as for
-  // `Get`. A waiter not answered within `Options::wait_timeout` gets a stale
-  // value the policy keeps or `absl::DeadlineExceededError`, from the
-  // cache's timer thread, while the load carries on and stores its result
-  // (one timer thread per cache, not one per waiter). A `done` that throws:
-  // the exception is caught and dropped; the other waiters are unaffected.
+  // before GetAsync returns, allocating nothing; so does a miss with
+  // `wait_timeout` zero (the timeout's answer, at once). Otherwise `done`
+  // runs exactly once, on the thread that completes the load, with what
+  // `Get` would have returned: coalescing, policies, stale values,
+  // `error_ttl`, `max_concurrent_loads`, the shared tier and the stats
+  // behave as for `Get`. For a blocking loader that thread is one of
+  // `Options::executor`'s, or the thread of a blocking `Get` of the same key
+  // that ran the load (inside that `Get`, before it returns); for an
+  // asynchronous loader, the thread that calls its completion. A waiter not
+  // answered within `Options::wait_timeout` gets a stale value the policy
+  // keeps or `absl::DeadlineExceededError`, from the cache's timer thread,
+  // while the load carries on and stores its result (one timer thread per
+  // cache, not one per waiter: a `done` that blocks there delays every
+  // other waiter's timeout, so hand long work to an executor). A `done`
+  // that throws: the exception is caught and dropped; the other waiters are
+  // unaffected.
   //
   // Thread-safe. Allocates a waiter on a miss.
   void GetAsync(const K& key, Callback done);

@@ -83,7 +83,8 @@ class Flight {
   // `joined()` under the lock that guards where the flight can be found, so
   // that once the flight is no longer findable `joined()` is final.
   void Join() { joined_.fetch_add(1, std::memory_order_relaxed); }
-  int joined() const { return joined_.load(std::memory_order_relaxed); }
+  // 64 bits: a load hung for hours can be joined more than 2^31 times.
+  int64_t joined() const { return joined_.load(std::memory_order_relaxed); }
 
   // Uncoalesced loads of one key share a flight only to learn whether a
   // write superseded them; these count them, under the same lock.
@@ -184,7 +185,7 @@ class Flight {
   std::atomic<int64_t> started_at_;
   std::atomic<State> state_;
   std::atomic<bool> on_executor_{false};
-  std::atomic<int> joined_{0};
+  std::atomic<int64_t> joined_{0};
   std::atomic<int> runners_{1};
   std::mutex mu_;
   std::condition_variable cv_;
