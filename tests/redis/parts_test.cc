@@ -411,23 +411,68 @@ TEST(LeaseKeeperTest, GivesBackAtMostABoundedNumberAtOnce) {
 
 // ---- ChangeFeed -------------------------------------------------------------
 
+// A listening Unix socket in a temporary directory, where a test thread plays
+// Redis. Closed and removed on destruction, after the test has joined that
+// thread.
+class FakeRedisSocket {
+ public:
+  FakeRedisSocket() = default;
+  FakeRedisSocket(const FakeRedisSocket&) = delete;
+  FakeRedisSocket& operator=(const FakeRedisSocket&) = delete;
+  ~FakeRedisSocket() {
+    if (listener_ >= 0) close(listener_);
+    if (!path_.empty()) unlink(path_.c_str());
+    if (!dir_.empty()) rmdir(dir_.c_str());
+  }
+
+  // Creates the directory and the socket; a fatal test failure if it cannot.
+  void Listen(int backlog) {
+    char dir[] = "/tmp/paddock-feed-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    const std::string path = dir_ + "/fake.sock";
+    listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(listener_, 0);
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+              0);
+    path_ = path;
+    ASSERT_EQ(listen(listener_, backlog), 0);
+  }
+
+  int listener() const { return listener_; }
+
+  // A feed of channel "ch" on this socket, with timeouts far longer than a
+  // test and health checks a minute apart, so that only the fake's replies
+  // and drops move it.
+  ChangeFeedConfig FeedConfig() const {
+    absl::StatusOr<RedisAddress> address = ParseRedisAddress("unix:" + path_);
+    EXPECT_TRUE(address.ok()) << address.status();
+    return {.address = address.value_or(RedisAddress{}),
+            .channel = "ch",
+            .connect_timeout = absl::Seconds(10),
+            .io_timeout = absl::Seconds(10),
+            .health_check_interval = absl::Seconds(60)};
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_;
+  std::string path_;
+  int listener_ = -1;
+};
+
 // A message that reached the feed in the same read as the SUBSCRIBE
 // confirmation sits in hiredis's buffer, where poll() does not see it: it is
 // delivered at once, not with the next pong (a health check later, or
 // never if that ping goes unanswered).
 TEST(ChangeFeedTest,
      AMessageReadWithTheSubscribeConfirmationIsDeliveredAtOnce) {
-  char dir[] = "/tmp/paddock-feed-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/fake.sock";
-  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
-            0);
-  ASSERT_EQ(listen(listener, 4), 0);
+  FakeRedisSocket fake_redis;
+  ASSERT_NO_FATAL_FAILURE(fake_redis.Listen(/*backlog=*/4));
+  const int listener = fake_redis.listener();
 
   // A fake subscribed Redis: the confirmation and a message in one write,
   // then a pong for every ping.
@@ -469,42 +514,24 @@ TEST(ChangeFeedTest,
   std::unique_ptr<SharedTier::Subscription> subscription =
       hub->Subscribe(&subscriber);
   {
-    absl::StatusOr<RedisAddress> address = ParseRedisAddress("unix:" + path);
-    ASSERT_TRUE(address.ok()) << address.status();
-    // Health checks far apart: a delivery with the next pong would come a
-    // minute later.
-    ChangeFeed feed({.address = *address,
-                     .channel = "ch",
-                     .connect_timeout = absl::Seconds(10),
-                     .io_timeout = absl::Seconds(10),
-                     .health_check_interval = absl::Seconds(60)},
-                    &log, hub);
+    // Health checks are far apart: a delivery with the next pong would come
+    // a minute later.
+    ChangeFeed feed(fake_redis.FeedConfig(), &log, hub);
     ASSERT_TRUE(feed.Start().ok());
     EXPECT_TRUE(Eventually([&] { return subscriber.invalidated.load() > 0; }));
     EXPECT_EQ(feed.losses(), 0u);
     done.store(true);
   }
   fake.join();
-  close(listener);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 // A subscription dropped as soon as it is confirmed (a proxy, a server that
 // refuses us) is retried with a growing backoff: each reconnection makes
 // every cache drop its entries, so it must not come every 20 ms.
 TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
-  char dir[] = "/tmp/paddock-feed-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/fake.sock";
-  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
-            0);
-  ASSERT_EQ(listen(listener, 16), 0);
+  FakeRedisSocket fake_redis;
+  ASSERT_NO_FATAL_FAILURE(fake_redis.Listen(/*backlog=*/16));
+  const int listener = fake_redis.listener();
 
   std::atomic<bool> done{false};
   std::atomic<int> subscribes{0};
@@ -533,14 +560,7 @@ TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
   std::unique_ptr<SharedTier::Subscription> subscription =
       hub->Subscribe(&subscriber);
   {
-    absl::StatusOr<RedisAddress> address = ParseRedisAddress("unix:" + path);
-    ASSERT_TRUE(address.ok()) << address.status();
-    ChangeFeed feed({.address = *address,
-                     .channel = "ch",
-                     .connect_timeout = absl::Seconds(10),
-                     .io_timeout = absl::Seconds(10),
-                     .health_check_interval = absl::Seconds(60)},
-                    &log, hub);
+    ChangeFeed feed(fake_redis.FeedConfig(), &log, hub);
     ASSERT_TRUE(feed.Start().ok());
     ASSERT_TRUE(Eventually([&] { return subscribes.load() >= 1; }));
     absl::SleepFor(absl::Seconds(1));
@@ -551,9 +571,6 @@ TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
   }
   done.store(true);
   fake.join();
-  close(listener);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 // ---- SubscriberHub ----------------------------------------------------------
