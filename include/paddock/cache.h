@@ -1604,8 +1604,11 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
       own = shard.LeaveRunners(w, key, hash, &pending);
     }
     if (own) {
-      evicted = shard.Store(w, shard.Find(hash, key, eq_), std::move(fresh),
-                            finished);
+      // Found first, in a statement of its own: were `Find` an argument of
+      // `Store`, `fresh` might already be Store's parameter when `eq_`
+      // throws, and would then be destroyed under the lock.
+      Entry* const current = shard.Find(hash, key, eq_);
+      evicted = shard.Store(w, current, std::move(fresh), finished);
     }
   } catch (...) {
     failure = StoreFailure();
@@ -2327,6 +2330,9 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
   task.emplace(this, key, hash);
   bool skipped = false;
   bool unneeded = false;  // The task goes, after the lock (it holds a K).
+  // Declared before the lock: if `Register` throws, the flight (and its
+  // copy of K) is destroyed after the lock is released.
+  std::shared_ptr<Flight> flight;
   {
     Writer w(shard);
     const int64_t now = NowNanos();
@@ -2345,8 +2351,8 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
       skipped = true;
     } else {
       absl::Cleanup release_slot = [&] { slots_.Release(slot); };
-      auto flight = std::make_shared<Flight>(key, hash, now,
-                                             Flight::State::kQueued, slot);
+      flight = std::make_shared<Flight>(key, hash, now, Flight::State::kQueued,
+                                        slot);
       shard.Register(w, key, hash, flight);
       std::move(release_slot).Cancel();  // The flight holds it now.
       task->Attach(std::move(flight));
