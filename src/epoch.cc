@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -125,9 +126,15 @@ uint32_t next_index ABSL_GUARDED_BY(registry_mu) = 0;
 
 constinit Mutex retire_mu;
 size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
+// Retirements dropped because their list could not grow (see AddLocked).
+size_t retirements_leaked ABSL_GUARDED_BY(retire_mu) = 0;
 // SystemClock::NowNanos() at the last try to advance; written under
 // advance_mu.
 std::atomic<int64_t> last_advance_try_nanos{0};
+// Whether that try found a guard of an older epoch; written under
+// advance_mu. Tries of the advance, for tests.
+std::atomic<bool> last_advance_blocked{false};
+std::atomic<uint64_t> advance_tries{0};
 
 // One thread advances the epoch at a time, holding this and not retire_mu:
 // the advance's process-wide barrier interrupts every CPU running a thread
@@ -210,6 +217,7 @@ std::vector<Retired> Advance(bool wait) ABSL_LOCKS_EXCLUDED(retire_mu) {
   std::vector<Retired> freeable;
   last_advance_try_nanos.store(SystemClock::NowNanos(),
                                std::memory_order_relaxed);
+  advance_tries.fetch_add(1, std::memory_order_relaxed);
   HeavyFence();
   // Only an advancer changes the epoch: it stays `epoch` until the store.
   const uint64_t epoch = global_epoch.load(std::memory_order_seq_cst);
@@ -219,6 +227,7 @@ std::vector<Retired> Advance(bool wait) ABSL_LOCKS_EXCLUDED(retire_mu) {
     const uint64_t state = r->state.load(std::memory_order_seq_cst);
     quiescent = (state & 1) == 0 || (state >> 1) == epoch;
   }
+  last_advance_blocked.store(!quiescent, std::memory_order_relaxed);
   if (quiescent) {
     const uint64_t next = epoch + 1;
     // Under retire_mu, so that a hand-over files its objects under the
@@ -245,10 +254,25 @@ bool AddLocked(const Retired* items, size_t n)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu) {
   std::vector<Retired>& bucket =
       RetiredLists()[global_epoch.load(std::memory_order_seq_cst) % 3];
-  bucket.insert(bucket.end(), items, items + n);
+  try {
+    bucket.insert(bucket.end(), items, items + n);
+  } catch (const std::bad_alloc&) {
+    // Out of memory. The callers are destructors (a writer's, after it
+    // changed the table) with no way to fail, and the objects may still be
+    // read, so they cannot be freed now: they are leaked, and counted,
+    // rather than ending the process. The insertion left the list as it was
+    // (a single range insertion at the end is all or nothing).
+    retirements_leaked += n;
+    return false;
+  }
   retired_since_advance += n;
   if (retired_since_advance < kAdvanceEvery) return false;
-  return retired_since_advance >= kAdvanceAlways ||
+  // Past kAdvanceAlways the interval is waived, unless the last try was
+  // blocked by a guard: trying again at once would not pass it (a reader
+  // preempted in its guard, a user destructor run inside one) and would cost
+  // a barrier every kRetireBatch retirements of every thread while it lasts.
+  return (retired_since_advance >= kAdvanceAlways &&
+          !last_advance_blocked.load(std::memory_order_relaxed)) ||
          SystemClock::NowNanos() -
                  last_advance_try_nanos.load(std::memory_order_relaxed) >=
              kMinAdvanceIntervalNanos;
@@ -346,6 +370,15 @@ size_t TryReclaim() {
     freed += Free(freeable);
   }
   return freed;
+}
+
+uint64_t AdvanceTries() {
+  return advance_tries.load(std::memory_order_relaxed);
+}
+
+size_t LeakedRetirements() {
+  MutexLock lock(&retire_mu);
+  return retirements_leaked;
 }
 
 size_t PendingRetirements() {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <future>
@@ -96,6 +97,27 @@ TEST(EpochTest, ManyRetirementsDoNotFreeObjectsAGuardMayStillSee) {
   reader.Release();
   TryReclaim();
   for (int i = 0; i < kObjects; ++i) EXPECT_TRUE(freed[i].load()) << i;
+}
+
+// While a guard holds the epoch back, retiring more does not retry the
+// advance (and its process-wide barrier) every few retirements: at most once
+// per interval (200 µs), however many wait.
+TEST(EpochTest, AnAdvanceBlockedByAGuardIsNotRetriedAtEveryHandOver) {
+  constexpr int kObjects = 100'000;
+  std::vector<std::atomic<bool>> freed(kObjects);
+  GuardOnAnotherThread reader;
+  const uint64_t tries = AdvanceTries();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kObjects; ++i) RetireObject(new Tracked(&freed[i]));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  // One try per interval, and one more for a try made just before the
+  // guard blocked one; every 16 retirements would be 6,250.
+  const uint64_t bound =
+      static_cast<uint64_t>(elapsed / std::chrono::microseconds(200)) + 2;
+  EXPECT_LE(AdvanceTries() - tries, bound);
+  reader.Release();
+  TryReclaim();
+  for (int i = 0; i < kObjects; ++i) ASSERT_TRUE(freed[i].load()) << i;
 }
 
 TEST(EpochTest, ObjectRetiredInsideAGuardOnThisThreadOutlivesTheGuard) {

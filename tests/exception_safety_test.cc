@@ -30,6 +30,7 @@
 #include "paddock/completion.h"
 #include "paddock/executor.h"
 #include "paddock/internal/entry.h"
+#include "paddock/internal/epoch.h"
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/node_pool.h"
 #include "paddock/listener.h"
@@ -107,6 +108,30 @@ TEST(ExceptionSafety, FailingToAllocateTheEntryFailsThatLoadOnly) {
   // max_load_age, a registered load that never finished would block it).
   EXPECT_EQ(*cache.Get("k"), "k");
   EXPECT_EQ(loads, 2);
+}
+
+// Retiring runs in destructors, after a writer has changed the table: when
+// the global retire lists cannot grow, the objects are leaked and counted,
+// and the process goes on (std::terminate before).
+TEST(ExceptionSafety, RetiringWhenTheListsCannotGrowLeaksInsteadOfEnding) {
+  if (PADDOCK_TEST_TSAN) GTEST_SKIP() << "no operator new of ours under TSan";
+  static std::atomic<int> freed{0};
+  static int objects[32];
+  const auto deleter = [](void*) { ++freed; };
+  internal::TryReclaim();  // Every list is empty, without capacity.
+  const size_t leaked = internal::LeakedRetirements();
+  // A thread hands over 16 at once: into an empty list, that allocates room
+  // for 16 (a pointer and a deleter each).
+  fail_next_allocation_of = size_t{16} * 2 * sizeof(void*);
+  for (int i = 0; i < 16; ++i) internal::Retire(&objects[i], deleter);
+  EXPECT_EQ(fail_next_allocation_of, 0u) << "the failure was not injected";
+  EXPECT_EQ(internal::LeakedRetirements(), leaked + 16);
+  EXPECT_EQ(internal::PendingRetirements(), 0u);
+  // Later retirements are freed as usual.
+  for (int i = 16; i < 32; ++i) internal::Retire(&objects[i], deleter);
+  internal::TryReclaim();
+  EXPECT_EQ(freed.load(), 16);
+  EXPECT_EQ(internal::LeakedRetirements(), leaked + 16);
 }
 
 // Taking and giving back load slots never allocates, so never throws: a

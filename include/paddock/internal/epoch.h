@@ -163,6 +163,15 @@ size_t TryReclaim();
 // thread's buffer), for tests.
 size_t PendingRetirements();
 
+// How many times any thread has tried to advance the epoch (each try costs
+// a process-wide barrier), for tests. Thread-safe.
+uint64_t AdvanceTries();
+
+// Retired objects never to be freed: the global lists could not grow to
+// take them (std::bad_alloc). Out of memory, a retirement is leaked rather
+// than freed early or thrown from a destructor. Thread-safe.
+size_t LeakedRetirements();
+
 }  // namespace paddock::internal
 
 #endif  // PADDOCK_INTERNAL_EPOCH_H_
