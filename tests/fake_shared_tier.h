@@ -111,6 +111,7 @@ class FakeSharedTier final : public SharedTier {
 
   absl::Status Put(std::string_view key, const SharedFill& fill,
                    uint64_t origin) override {
+    RunBeforeWrite();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!failure_.ok()) return failure_;
@@ -122,6 +123,7 @@ class FakeSharedTier final : public SharedTier {
   }
 
   absl::Status Invalidate(std::string_view key, uint64_t origin) override {
+    RunBeforeWrite();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!failure_.ok()) return failure_;
@@ -164,6 +166,12 @@ class FakeSharedTier final : public SharedTier {
   void set_on_await(std::function<void()> hook) {
     std::lock_guard<std::mutex> lock(mu_);
     on_await_ = std::move(hook);
+  }
+  // Runs `hook` at the start of every Put and Invalidate, before the tier
+  // changes anything: what a cache does while its write is on the way.
+  void set_before_write(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_write_ = std::move(hook);
   }
   // Writes a record as another process would (or garbage, as anyone could).
   void StoreRaw(std::string_view key, const SharedFill& fill) {
@@ -233,6 +241,15 @@ class FakeSharedTier final : public SharedTier {
         fill.version.empty() ? absl::StrCat("v", ++versions_) : fill.version,
         clock_->Now()};
   }
+  void RunBeforeWrite() {
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = before_write_;
+    }
+    if (hook) hook();  // Outside the lock: it may call the tier.
+  }
+
   void Notify(std::string_view key, uint64_t origin) {
     std::vector<Subscriber*> others;
     {
@@ -252,6 +269,7 @@ class FakeSharedTier final : public SharedTier {
   std::map<std::string, Lease> leases_;
   std::map<uint64_t, Subscriber*> subscribers_;
   std::function<void()> on_await_;
+  std::function<void()> before_write_;
   absl::Status failure_;
   uint64_t next_subscription_ = 0;
   int tokens_ = 0, versions_ = 0;

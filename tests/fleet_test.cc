@@ -265,6 +265,37 @@ TEST_F(FleetTest, PutWritesThroughAndOtherCachesTakeTheNewValue) {
   EXPECT_EQ(fleet_loads_, 1);
 }
 
+// The tier tells every cache of a write but the one that made it. A `Get`
+// of that cache between its local removal and the tier's takes the record
+// the tier still holds: the value must not outlive the `Invalidate`.
+TEST_F(FleetTest, AGetDuringInvalidateDoesNotKeepTheInvalidatedValue) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  tier_->set_before_write([&] { EXPECT_EQ(*a.cache->Get("k"), "k#1"); });
+  a.cache->Invalidate("k");
+  tier_->set_before_write(nullptr);
+  EXPECT_EQ(a.cache->GetIfPresent("k"), std::nullopt);
+  EXPECT_FALSE(tier_->record("k").has_value());
+  EXPECT_EQ(*a.cache->Get("k"), "k#2");
+}
+
+// The same for `Put`: here the `Put`'s own entry is evicted while its write
+// is on the way, and a `Get` takes the record the write replaces.
+TEST_F(FleetTest, AGetDuringPutDoesNotKeepTheReplacedValue) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_, {}, {},
+                      {.max_entries = 1, .shards = 1});
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  tier_->set_before_write([&] {
+    ASSERT_TRUE(a.cache->Get("other").ok());  // Evicts the Put's entry.
+    EXPECT_EQ(*a.cache->Get("k"), "k#1");     // The tier's, not yet replaced.
+  });
+  a.cache->Put("k", "put");
+  tier_->set_before_write(nullptr);
+  EXPECT_NE(a.cache->GetIfPresent("k"), "k#1");
+  EXPECT_EQ(*a.cache->Get("k"), "put");  // From the tier.
+  EXPECT_EQ(fleet_loads_, 2);            // "k" once, "other" once.
+}
+
 TEST_F(FleetTest, AFillThatLostItsLeaseStoresNothingAnywhere) {
   Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
   // While a loads under the lease, b invalidates the key (fleet-wide).

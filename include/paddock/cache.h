@@ -2455,6 +2455,17 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   if constexpr (kShareable) {
     if (tier_ != nullptr) {
       PutThrough(key, &*bytes, life, load_duration, version);
+      // A load of this key registered after the drop above asked the tier
+      // before this write reached it, and may have stored the record this
+      // write replaced. The tier tells every other cache, never its origin:
+      // so this cache drops whatever now stands in its place, and the next
+      // `Get` takes the tier's record.
+      Writer w(shard);
+      shard.DropFlight(w, key, hash);
+      if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+        const std::string* stored = n->shared_version();
+        if (stored == nullptr || *stored != version) shard.Unlink(w, n);
+      }
     }
   }
 }
@@ -2494,6 +2505,10 @@ void Cache<K, V, P, H, E>::Invalidate(const K& key) {
       if (!tier_->Invalidate(Codec<K>::Encode(key), subscription_->id()).ok()) {
         recorder_.SharedError();
       }
+      // Again: a `Get` between the first removal and the tier's may have
+      // taken the record the tier still held and stored it here, and the
+      // tier tells every cache but its origin.
+      InvalidateLocally(key, hash);
     }
   }
 }
