@@ -244,6 +244,26 @@ TEST_F(FleetTest, AnErrorIsRememberedFleetWide) {
   EXPECT_EQ(fleet_loads_, 2);
 }
 
+// A failed refresh leaves the tier's record, the fleet's last good value:
+// locally a failed refresh keeps what it refreshed, and so does the tier.
+TEST_F(FleetTest, AFailedRefreshLeavesTheTiersValue) {
+  Options options{.error_ttl = absl::Seconds(5)};
+  Pod<SoftTtl> a(tier_, &fleet_loads_, absl::ZeroDuration(), SoftTtl{},
+                 options),
+      b(tier_, &fleet_loads_, absl::ZeroDuration(), SoftTtl{}, options);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a, b);  // Stale, inside the stale window.
+  a.next_error = absl::UnavailableError("backend down");
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");  // At once; a refresh is queued.
+  EXPECT_EQ(a.executor.RunAll(), 1u);    // It fails.
+  ASSERT_TRUE(tier_->record("k").has_value());
+  EXPECT_EQ(tier_->record("k")->value.value_or(""), "k#1");
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");  // Kept here too,
+  EXPECT_EQ(a.executor.RunAll(), 0u);    // and not refreshed within 5 s.
+  // A pod without a copy is not answered with a's error.
+  EXPECT_TRUE(b.cache->Get("k").ok());
+}
+
 TEST_F(FleetTest, InvalidateReachesTheOtherCachesAndTheTier) {
   Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
   ASSERT_EQ(*a.cache->Get("k"), "k#1");

@@ -1973,13 +1973,17 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
                         .serve_on_error_for = life.serve_on_error_for,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
-    } else if (options_.error_ttl > absl::ZeroDuration()) {
+    } else if (options_.error_ttl > absl::ZeroDuration() &&
+               load.kind != LoadKind::kRefresh) {
       fill = SharedFill{.value = result.status(),
                         .keep_for = options_.error_ttl,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
     } else {
-      // Not remembered: the next asker may load at once.
+      // Not remembered: the next asker may load at once. Nor is a failed
+      // refresh's error, which would replace the record being refreshed:
+      // still the fleet's value, which every process may serve stale (this
+      // one keeps its copy and remembers the error itself).
       if (!tier_->Release(key_bytes, lease_token).ok()) {
         recorder_.SharedError();
       }
