@@ -8,7 +8,9 @@
 #                     WORK_DIR/prefix, build the consumer with
 #                     find_package(paddock), run it (and, if it found GTest,
 #                     the policy contract over its own policy, compiled
-#                     against the installed header); then check that
+#                     against the installed header); build and run the
+#                     consumer again where hiredis and asio cannot be found
+#                     (the core must still be); then check that
 #                     `pkg-config --cflags --libs paddock` builds a one-file
 #                     program from the same main.cpp, and run that too.
 #   add_subdirectory  build the consumer with add_subdirectory(SOURCE_DIR), run
@@ -118,6 +120,19 @@ case "$mode" in
     run_redis_consumer
     run_asio_consumer
     run_contract_consumer
+
+    # A consumer's machine may lack the optional dependencies paddock was
+    # built with: find_package must still give it the core. /usr/include
+    # hidden from find_path hides hiredis.h and asio.hpp (the compiler still
+    # searches it).
+    step "configure a core-only consumer where hiredis and asio are not found"
+    "$cmake" -S "$consumer_dir" -B "$work_dir/core-consumer-build" \
+      "${common_args[@]}" -DCONSUMER_MODE=find_package \
+      "-DCMAKE_PREFIX_PATH=$prefix" -DCMAKE_IGNORE_PATH=/usr/include \
+      -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON
+    step "build and run the core-only consumer"
+    "$cmake" --build "$work_dir/core-consumer-build"
+    "$work_dir/core-consumer-build/consumer"
 
     step "pkg-config"
     pc_file=$(find "$prefix" -name paddock.pc -print -quit)
