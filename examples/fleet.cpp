@@ -32,6 +32,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "fmt/format.h"
@@ -109,6 +111,20 @@ struct RedisServer {
   std::string address;
 };
 
+// Whether `redis-server` is an executable on PATH: without one the demo is
+// skipped; with one, a server that does not start is a failure.
+bool RedisServerInstalled() {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+    if (!dir.empty() &&
+        access(absl::StrCat(dir, "/redis-server").c_str(), X_OK) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool StartRedis(RedisServer& server) {
   char dir[] = "/tmp/paddock-fleet-XXXXXX";
   if (mkdtemp(dir) == nullptr) return false;
@@ -137,7 +153,7 @@ bool StartRedis(RedisServer& server) {
   for (int i = 0; i < 200; ++i) {
     int status = 0;
     if (waitpid(server.pid, &status, WNOHANG) == server.pid) {
-      server.pid = 0;  // Exited: not installed, or it failed to start.
+      server.pid = 0;  // Exited: it failed to start.
       return false;
     }
     if (paddock::RedisTier::Connect(probe).ok()) return true;
@@ -196,10 +212,14 @@ int main(int argc, char** argv) {
   }
 
   RedisServer redis;
+  if (!RedisServerInstalled()) {
+    fmt::print("redis-server is not installed: skipped\n");
+    return 77;
+  }
   if (!StartRedis(redis)) {
     StopRedis(redis);
-    fmt::print("redis-server could not be started: skipped\n");
-    return 77;
+    fmt::print(stderr, "redis-server is installed but did not start\n");
+    return 1;
   }
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
   fmt::print(
