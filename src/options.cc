@@ -27,8 +27,12 @@ absl::Status Options::Validate() const {
   if (error_ttl < absl::ZeroDuration()) {
     return Invalid("error_ttl", ">= 0", absl::FormatDuration(error_ttl));
   }
-  if (max_concurrent_loads < 0) {
-    return Invalid("max_concurrent_loads", ">= 0",
+  static_assert(kMaxConcurrentLoadsLimit == 65536, "the message below");
+  // The cache makes every slot up front (so that taking one never
+  // allocates): INT_MAX, meant as "no limit", would be 64 GiB.
+  if (max_concurrent_loads < 0 ||
+      max_concurrent_loads > kMaxConcurrentLoadsLimit) {
+    return Invalid("max_concurrent_loads", "between 0 (no limit) and 65536",
                    absl::StrCat(max_concurrent_loads));
   }
   if (max_load_age <= absl::ZeroDuration()) {

@@ -55,6 +55,12 @@ TEST(OptionsTest, DefaultsAreTheDocumentedValues) {
 
 TEST(OptionsTest, DefaultsAreValid) { EXPECT_TRUE(Options{}.Validate().ok()); }
 
+TEST(OptionsTest, TheMostConcurrentLoadsAllowedIsValid) {
+  EXPECT_TRUE(Options{.max_concurrent_loads = Options::kMaxConcurrentLoadsLimit}
+                  .Validate()
+                  .ok());
+}
+
 TEST(OptionsTest, TheSmallestValuesInRangeAreValid) {
   const Options options{
       .ttl = absl::Nanoseconds(1),
@@ -127,6 +133,9 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidOption{"NegativeMaxConcurrentLoads",
                       Options{.max_concurrent_loads = -1},
                       "max_concurrent_loads", "-1"},
+        InvalidOption{"HugeMaxConcurrentLoads",
+                      Options{.max_concurrent_loads = 65537},
+                      "max_concurrent_loads", "65537"},
         InvalidOption{"ZeroMaxLoadAge",
                       Options{.max_load_age = absl::ZeroDuration()},
                       "max_load_age", "0"},

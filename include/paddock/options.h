@@ -64,8 +64,10 @@ struct Options {
   // tried again on a later hit. A refresh reserves its slot when it is queued
   // on the executor; a load that finds no slot free takes such a reservation
   // rather than wait behind a refresh that has not started (the refresh is
-  // then skipped if no slot is free when it starts).
+  // then skipped if no slot is free when it starts). At most
+  // `kMaxConcurrentLoadsLimit`: the slots are made with the cache.
   int max_concurrent_loads = 0;
+  static constexpr int kMaxConcurrentLoadsLimit = 65536;
 
   // A load running longer than this stops blocking its key: the next caller
   // that needs the key starts a fresh load (nginx's proxy_cache_lock_age), and
