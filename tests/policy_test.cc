@@ -4,6 +4,10 @@
 
 #include "paddock/policy.h"
 
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -20,7 +24,9 @@
 #include "paddock/cache.h"
 #include "paddock/clock.h"
 #include "paddock/executor.h"
+#include "paddock/internal/seed.h"
 #include "paddock/testing/sync.h"
+#include "sanitizers.h"
 
 namespace paddock {
 namespace {
@@ -166,6 +172,34 @@ TEST(RandomTest, SameSeedSameSequenceAndOpenClosedRange) {
     EXPECT_GT(u, 0.0);
     EXPECT_LE(u, 1.0);
   }
+}
+
+// A pre-fork server builds its caches before it forks: in each child, a
+// stream seeded from entropy draws numbers of its own (the same TTL jitter
+// and early-refresh draws in every child before); a seed given repeats the
+// parent's, as a seed promises.
+TEST(RandomTest, AChildAfterForkDrawsItsOwnNumbersUnlessSeeded) {
+  if (PADDOCK_TEST_TSAN) GTEST_SKIP() << "fork() of a threaded process";
+  Random drawn(internal::SeedOrRandom(0), /*reseed_after_fork=*/true);
+  Random seeded(7);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const uint64_t mine[2] = {drawn.Next(), seeded.Next()};
+    _exit(write(fds[1], mine, sizeof(mine)) == sizeof(mine) ? 0 : 1);
+  }
+  uint64_t childs[2] = {};
+  EXPECT_EQ(read(fds[0], childs, sizeof(childs)),
+            static_cast<ssize_t>(sizeof(childs)));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_NE(childs[0], drawn.Next());
+  EXPECT_EQ(childs[1], seeded.Next());
 }
 
 // ---------------------------------------------------------------------------

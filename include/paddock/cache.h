@@ -963,7 +963,8 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
       max_load_age_(internal::ToNanosSaturated(options_.max_load_age)),
       shard_count_(static_cast<size_t>(options_.shards)),
       shards_(new Shard[shard_count_]),
-      rng_(internal::SeedOrRandom(options_.seed)),
+      rng_(internal::SeedOrRandom(options_.seed),
+           /*reseed_after_fork=*/options_.seed == 0),
       fixed_lifetime_(
           kFixedLifetime || kFixedExpiry
               ? policy_.OnStore(options_.ttl, absl::ZeroDuration(), rng_)

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "paddock/internal/per_thread_counters.h"
+#include "paddock/internal/seed.h"
 
 namespace paddock {
 
@@ -21,13 +22,20 @@ namespace paddock {
 // single-threaded, a seed gives one sequence.
 class Random {
  public:
-  explicit Random(uint64_t seed) : seed_(seed) {}
+  // With `reseed_after_fork` (a cache's, when `Options::seed` is 0 and the
+  // seed was drawn from entropy), a child process after fork() draws other
+  // numbers than its parent and its siblings; without it (a seed given, for
+  // runs that repeat), the same.
+  explicit Random(uint64_t seed, bool reseed_after_fork = false)
+      : seed_(seed), reseed_after_fork_(reseed_after_fork) {}
 
   // Returns 64 uniformly distributed bits.
   uint64_t Next() {
     const internal::ThreadRecord* record = internal::CurrentThreadRecord();
     const uint64_t n = draws_.Increment(record, 0);
-    return Mix(Mix(seed_ ^ (uint64_t{record->index} * kStreamStep)) +
+    const uint64_t seed =
+        reseed_after_fork_ ? seed_ ^ internal::ForkSalt() : seed_;
+    return Mix(Mix(seed ^ (uint64_t{record->index} * kStreamStep)) +
                kGolden * n);
   }
 
@@ -52,6 +60,7 @@ class Random {
   }
 
   const uint64_t seed_;
+  const bool reseed_after_fork_;
   internal::PerThreadCounters<1> draws_;
 };
 
