@@ -225,6 +225,64 @@ TEST_F(FleetTest, AColdPodServesTheTiersStaleValueWhileAnotherRefreshes) {
   EXPECT_EQ(cold.cache->stats().lease_waits, 1u);
 }
 
+// The same with the lease free: the cold pod's caller still gets the stale
+// value at once, and the pod refreshes it for the fleet in the background.
+TEST_F(FleetTest, AColdPodGrantedTheLeaseServesStaleAndRefreshesBehindIt) {
+  Pod<SoftTtl> a(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a);  // Stale, inside the stale window.
+  Pod<SoftTtl> cold(tier_, &fleet_loads_);
+  cold.clock.Set(a.clock.Now());
+  EXPECT_EQ(*cold.cache->Get("k"), "k#1");  // At once: no load here.
+  EXPECT_EQ(cold.loads, 0);
+  EXPECT_EQ(cold.cache->stats().shared_hits, 1u);
+  EXPECT_EQ(tier_->releases(), 1);  // The refresh asks for its own lease.
+  EXPECT_EQ(*cold.cache->Get("k"), "k#1");  // No second refresh.
+  EXPECT_EQ(cold.executor.RunAll(), 1u);
+  EXPECT_EQ(fleet_loads_, 2);
+  EXPECT_EQ(*cold.cache->Get("k"), "k#2");
+  ASSERT_TRUE(tier_->record("k").has_value());
+  EXPECT_EQ(tier_->record("k")->value.value_or(""), "k#2");
+}
+
+// A backend that is down when a pod starts: the pod serves the fleet's
+// stale value, as a pod with a copy does, and its failed refresh leaves it.
+TEST_F(FleetTest, AColdPodWhoseRefreshFailsKeepsServingTheStaleValue) {
+  Options options{.error_ttl = absl::Seconds(5)};
+  Pod<SoftTtl> a(tier_, &fleet_loads_, absl::ZeroDuration(), SoftTtl{},
+                 options);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a);
+  Pod<SoftTtl> cold(tier_, &fleet_loads_, absl::ZeroDuration(), SoftTtl{},
+                    options);
+  cold.clock.Set(a.clock.Now());
+  cold.next_error = absl::UnavailableError("backend down");
+  EXPECT_EQ(cold.cache->Get("k").value_or(""), "k#1");
+  EXPECT_EQ(cold.executor.RunAll(), 1u);  // The refresh fails.
+  EXPECT_EQ(cold.loads, 1);
+  EXPECT_EQ(cold.cache->Get("k").value_or(""), "k#1");
+  EXPECT_EQ(cold.executor.RunAll(), 0u);  // Not again within error_ttl.
+  ASSERT_TRUE(tier_->record("k").has_value());
+  EXPECT_EQ(tier_->record("k")->value.value_or(""), "k#1");
+}
+
+// Past the stale window the policy loads: a cold pod granted the lease loads
+// for its caller, as a pod with an expired copy does (the tier keeps the
+// record for stale_if_error).
+TEST_F(FleetTest, AColdPodGrantedTheLeasePastTheStaleWindowLoads) {
+  const SoftTtl policy{.stale_for = absl::Seconds(5),
+                       .stale_if_error = absl::Seconds(30)};
+  Pod<SoftTtl> a(tier_, &fleet_loads_, absl::ZeroDuration(), policy);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(16), a);
+  ASSERT_TRUE(tier_->record("k").has_value());
+  Pod<SoftTtl> cold(tier_, &fleet_loads_, absl::ZeroDuration(), policy);
+  cold.clock.Set(a.clock.Now());
+  EXPECT_EQ(*cold.cache->Get("k"), "k#2");
+  EXPECT_EQ(cold.loads, 1);
+  EXPECT_EQ(tier_->releases(), 0);
+}
+
 TEST_F(FleetTest, AnErrorIsRememberedFleetWide) {
   Options options{.error_ttl = absl::Seconds(5)};
   Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),

@@ -537,6 +537,15 @@ class Cache {
                               const absl::Status& thrown);
   // The shared tier's part of a load: its value, a lease, or a wait.
   std::optional<Outcome> RunFleetLoad(Load& load);
+  // `record`'s value or remembered error; nullopt if this process cannot
+  // use it (undecodable, over max_value_bytes).
+  std::optional<absl::StatusOr<V>> DecodeRecord(const SharedRecord& record);
+  // With the lease granted over a stale record that the policy serves:
+  // gives the lease back, ends `load` with `stale` (stored as the tier's)
+  // and schedules a background refresh of it.
+  Outcome ServeStaleAndRefresh(Load& load, const std::string& key_bytes,
+                               const SharedLookup& lookup,
+                               absl::StatusOr<V> stale, int64_t now);
   // Writes a load's result to the shared tier under `lease_token`.
   void FillTier(Load& load, const std::string& key_bytes,
                 const std::string& lease_token, const absl::StatusOr<V>& result,
@@ -1868,8 +1877,22 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
       return LoadHere(load, nullptr, nullptr);
     }
     SharedLookup& lookup = *answer;
+    const int64_t now = NowNanos();
     if (lookup.lease == SharedLookup::Lease::kGranted) {
       recorder_.LeaseAcquired();
+      // A stale record the policy serves while one refresh runs (SoftTtl
+      // within stale_for): this caller gets it at once, as the callers of
+      // processes that hold a copy do, and the refresh runs behind it.
+      if (load.caller_waits && lookup.record.has_value() &&
+          lookup.record->value.ok() && lookup.record->version != have_version &&
+          ServesStale(*lookup.record, now)) {
+        std::optional<absl::StatusOr<V>> stale = DecodeRecord(*lookup.record);
+        if (stale.has_value()) {
+          return ServeStaleAndRefresh(load, key_bytes, lookup,
+                                      *std::move(stale), now);
+        }
+        recorder_.SharedError();  // Undecodable: this load replaces it.
+      }
       return LoadHere(load, &key_bytes, &lookup.lease_token);
     }
     const bool held_elsewhere =
@@ -1878,24 +1901,9 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
       recorder_.LeaseWait();
       waited = true;
     }
-    const int64_t now = NowNanos();
     if (lookup.record.has_value()) {
       const SharedRecord& record = *lookup.record;
-      std::optional<absl::StatusOr<V>> value;
-      if (!record.value.ok()) {
-        value.emplace(record.value.status());  // An error the fleet keeps.
-      } else if (record.value->size() > tier_->max_value_bytes()) {
-        // Larger than this process may store (written by a process with a
-        // larger limit): a miss, like an undecodable record.
-      } else {
-        try {
-          absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
-          if (decoded.ok()) value.emplace(*std::move(decoded));
-        } catch (...) {
-          // A codec that throws (std::bad_alloc, a throwing parser): as
-          // undecodable. Never past here: a refresh runs under noexcept.
-        }
-      }
+      std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
       if (!value.has_value()) {
         // Undecodable (another format, garbage): a miss. Ask once more as
         // the holder of that very version, which gets the lease, so that
@@ -1946,6 +1954,62 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
          lookup.lease_remaining + absl::Milliseconds(50), absl::Seconds(1)});
     tier_->AwaitChange(key_bytes, wait);
   }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::DecodeRecord(
+    const SharedRecord& record) {
+  if (!record.value.ok()) return record.value.status();  // The fleet's error.
+  // Larger than this process may store (written by a process with a larger
+  // limit): a miss, like an undecodable record.
+  if (record.value->size() > tier_->max_value_bytes()) return std::nullopt;
+  try {
+    absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
+    if (decoded.ok()) return decoded;
+  } catch (...) {
+    // A codec that throws (std::bad_alloc, a throwing parser): as
+    // undecodable. Never past here: a refresh runs under noexcept.
+  }
+  return std::nullopt;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Outcome
+Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
+                                           const std::string& key_bytes,
+                                           const SharedLookup& lookup,
+                                           absl::StatusOr<V> stale,
+                                           int64_t now) {
+  // The lease goes back first: the refresh asks the tier again, as one that
+  // a stale hit starts does (and finds another process refreshing, if one
+  // took the lease meanwhile). Kept, the refresh would wait for it.
+  if (!tier_->Release(key_bytes, lookup.lease_token).ok()) {
+    recorder_.SharedError();
+  }
+  recorder_.SharedHit();
+  load.from_tier = &*lookup.record;
+  Outcome outcome =
+      Complete(load, std::move(stale), /*loader_ran=*/false, now, now);
+  // Stored now, unless a write superseded it: refresh that very entry.
+  if (lifeline_->closing()) return outcome;
+  std::optional<LoadTask> refresh;
+  {
+    Shard& shard = ShardFor(load.hash);
+    internal::EpochGuard guard;
+    Entry* n = shard.Find(load.hash, load.key, eq_);
+    const std::string* version = n != nullptr ? n->shared_version() : nullptr;
+    if (version != nullptr && *version == lookup.record->version &&
+        !n->refreshing.exchange(true)) {
+      try {
+        PrepareRefresh(shard, load.key, load.hash, n, refresh);
+      } catch (...) {
+        // No refresh (PrepareRefresh unmarked the entry): the next stale
+        // hit starts one.
+      }
+    }
+  }
+  if (refresh.has_value()) Schedule(*std::move(refresh));
+  return outcome;
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

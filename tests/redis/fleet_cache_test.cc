@@ -488,6 +488,40 @@ TEST_F(FleetCacheTest, PastTtlEveryPodServesStaleAtOnceWhileOnePodRefreshes) {
   EXPECT_EQ(total.misses, uint64_t{kPods});  // Only the cold start.
 }
 
+// A pod that starts past ttl, when nobody refreshes yet: it gets the lease
+// with Redis's stale record, serves that at once and refreshes behind it.
+TEST_F(FleetCacheTest, AColdPodGrantedTheLeaseServesStaleAndRefreshesBehindIt) {
+  constexpr absl::Duration kTtl = absl::Milliseconds(300);
+  const SoftTtl policy{.stale_for = absl::Seconds(30)};
+  CountingBackend backend;
+  std::shared_ptr<RedisTier> tier = Connect();
+  ASSERT_NE(tier, nullptr);
+  Options options = CacheOptions(tier);
+  options.ttl = kTtl;
+  ASSERT_EQ(NewCache(backend, options, policy)->Get("k").value_or("error"),
+            "k#1");
+  absl::SleepFor(kTtl + absl::Milliseconds(100));  // Stale in Redis.
+
+  std::shared_ptr<RedisTier> cold_tier = Connect();
+  ASSERT_NE(cold_tier, nullptr);
+  Options cold_options = CacheOptions(cold_tier);
+  cold_options.ttl = kTtl;
+  auto cold = NewCache(backend, cold_options, policy);
+  backend.Close();  // The refresh holds on, so the Get cannot wait for it.
+  EXPECT_EQ(cold->Get("k").value_or("error"), "k#1");
+  EXPECT_EQ(cold->stats().leases_acquired, 1u);
+  EXPECT_EQ(cold->stats().shared_hits, 1u);
+  ASSERT_TRUE(backend.WaitForCalls(2));  // The refresh, in the background.
+  backend.Open();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (cold->GetIfPresent("k") != "k#2" && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(cold->GetIfPresent("k"), "k#2");
+  EXPECT_EQ(backend.calls(), 2);
+  EXPECT_EQ(cold->stats().shared_errors, 0u);
+}
+
 TEST_F(FleetCacheTest, ALoadErrorIsRememberedFleetWideForErrorTtl) {
   std::shared_ptr<RedisTier> tier_a = Connect();
   std::shared_ptr<RedisTier> tier_b = Connect();
