@@ -75,8 +75,13 @@ target_compile_options(paddock_redis PRIVATE ${PADDOCK_WARNING_FLAGS})
 target_link_libraries(
   paddock_redis
   PUBLIC paddock::paddock
-  PRIVATE paddock::hiredis absl::inlined_vector absl::flat_hash_map
-          absl::random_random Threads::Threads)
+  PRIVATE paddock::hiredis
+          absl::flat_hash_map
+          absl::inlined_vector
+          absl::random_random
+          absl::span
+          absl::synchronization
+          Threads::Threads)
 
 if(PADDOCK_INSTALL)
   install(
@@ -90,11 +95,15 @@ if(PADDOCK_INSTALL)
   # paddock-redis.pc, beside paddock.pc. Written at the end of the root
   # directory, once the root CMakeLists has set the PADDOCK_PC_* directories.
   # The library is static unless BUILD_SHARED_LIBS: hiredis goes in Requires.
+  # So do the abseil modules it links privately (the core's are paddock's).
+  set(_paddock_redis_absl_pc
+      "absl_flat_hash_map absl_inlined_vector absl_random_random absl_span absl_synchronization"
+  )
   if(PC_HIREDIS_FOUND)
-    set(PADDOCK_PC_REDIS_REQUIRES "paddock hiredis")
+    set(PADDOCK_PC_REDIS_REQUIRES "paddock hiredis ${_paddock_redis_absl_pc}")
     set(PADDOCK_PC_REDIS_LIBS "")
   else()
-    set(PADDOCK_PC_REDIS_REQUIRES "paddock")
+    set(PADDOCK_PC_REDIS_REQUIRES "paddock ${_paddock_redis_absl_pc}")
     set(PADDOCK_PC_REDIS_LIBS "${PADDOCK_HIREDIS_LIBRARY}")
   endif()
   function(_paddock_redis_write_pc)
