@@ -9,8 +9,12 @@
 #         [-DSTATEMENTS=n] (postgres: SQL statements per rebuild)
 #         -P check_replay.cmake
 #
-# Exits quietly (printing SKIP) when the replay reports that no PostgreSQL
-# server is installed (exit code 77).
+# Exits quietly (printing SKIP) when the replay reports that a server it
+# needs (PostgreSQL, redis-server) is not installed (exit code 77).
+#
+# The replay gets REPLAY_TIMEOUT seconds (default 200), less than the ctest
+# TIMEOUT of the test that runs this script, so that a hung replay is killed
+# here and its output printed, not lost with this script.
 
 cmake_minimum_required(VERSION 3.20)
 
@@ -32,6 +36,9 @@ endif()
 if(NOT DEFINED SHARED)
   set(SHARED none)
 endif()
+if(NOT DEFINED REPLAY_TIMEOUT)
+  set(REPLAY_TIMEOUT 200)
+endif()
 if(BACKEND STREQUAL "postgres" AND NOT DEFINED STATEMENTS)
   message(FATAL_ERROR "-DSTATEMENTS=... is needed with -DBACKEND=postgres")
 endif()
@@ -49,13 +56,13 @@ execute_process(
   RESULT_VARIABLE rc
   OUTPUT_VARIABLE out
   ERROR_VARIABLE err
-  TIMEOUT 280)
+  TIMEOUT ${REPLAY_TIMEOUT})
 message("${out}")
 if(err)
   message("${err}")
 endif()
 if(rc EQUAL 77)
-  message("SKIP: ${test_name}: no PostgreSQL server installed")
+  message("SKIP: ${test_name}: a server it needs is not installed")
   return()
 endif()
 if(NOT rc EQUAL 0)

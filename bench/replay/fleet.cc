@@ -87,14 +87,25 @@ absl::StatusOr<std::unique_ptr<Fleet>> Fleet::Fork(int pods, PodMain pod_main) {
   ::signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<Fleet> fleet(new Fleet);
   const pid_t parent = ::getpid();
+  constexpr int kPipeBytes = 1 << 20;
+  bool warned_pipe_size = false;
   for (int i = 0; i < pods; ++i) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
       return absl::ErrnoToStatus(errno, "paddock_replay: pipe");
     }
     // Room for tens of thousands of requests: the generator does not block
-    // on a pod whose reader waits for the CPU.
-    ::fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);
+    // on a pod whose reader waits for the CPU. A system whose pipe-max-size
+    // is lower keeps the default (64 KiB): the replay still runs, but its
+    // arrivals may wait on a slow pod, so say so.
+    if (::fcntl(fds[1], F_SETPIPE_SZ, kPipeBytes) < kPipeBytes &&
+        !warned_pipe_size) {
+      warned_pipe_size = true;
+      std::fprintf(stderr,
+                   "paddock_replay: warning: pipes of %d bytes refused (%s); "
+                   "see /proc/sys/fs/pipe-max-size\n",
+                   kPipeBytes, std::strerror(errno));
+    }
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) {

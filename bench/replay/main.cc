@@ -350,7 +350,9 @@ int Main(int argc, char** argv) {
     if (!started.ok()) {
       std::fprintf(stderr, "paddock_replay: --shared=redis: %s\n",
                    started.status().ToString().c_str());
-      return 1;
+      // 77 ("skipped"), as for a missing PostgreSQL server: no redis-server
+      // is installed, which is not a failure of the replay.
+      return absl::IsNotFound(started.status()) ? 77 : 1;
     }
     redis = *std::move(started);
     config.redis_address = redis->address();

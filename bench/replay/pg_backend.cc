@@ -142,12 +142,15 @@ absl::Status Exec(ConnectionPool::Lease& conn, const std::string& sql) {
   return conn.Exec(sql.c_str()).status();
 }
 
-double Quantile(std::vector<double> sorted, double q) {
+// The q-quantile of sorted samples, interpolated between the two nearest
+// ranks (numpy's default): the median of an even count is the mean of the
+// middle two, where index q * n would take the upper one.
+double Quantile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
-  const size_t i =
-      std::min(sorted.size() - 1,
-               static_cast<size_t>(q * static_cast<double>(sorted.size())));
-  return sorted[i];
+  const double h = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(h);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (h - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
 }
 
 }  // namespace
