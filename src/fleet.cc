@@ -11,12 +11,14 @@
 #include <random>
 #include <string>
 
+#include "paddock/internal/splitmix.h"
+
 namespace paddock::internal {
 namespace {
 
-// SplitMix64 (Steele, Lea, Flood 2014), seeded per thread from the
-// operating system's entropy, and again in a child after fork(): a child
-// copies its parent's state, and would write the same versions.
+// SplitMix64, seeded per thread from the operating system's entropy, and
+// again in a child after fork(): a child copies its parent's state, and
+// would write the same versions.
 uint64_t NextRandom(pid_t pid) {
   struct State {
     uint64_t s = 0;
@@ -27,10 +29,7 @@ uint64_t NextRandom(pid_t pid) {
     std::random_device entropy;
     state = {(uint64_t{entropy()} << 32) ^ entropy(), pid};
   }
-  uint64_t z = (state.s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return SplitMixNext(&state.s);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include <random>
 
+#include "paddock/internal/splitmix.h"
+
 namespace paddock::internal {
 
 constinit std::atomic<uint64_t> fork_salt{0};
@@ -24,10 +26,7 @@ void SaltChild() {
                (uint64_t{static_cast<uint32_t>(getpid())} << 32) ^
                static_cast<uint64_t>(now.tv_nsec) ^
                (static_cast<uint64_t>(now.tv_sec) << 30);
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
+  z = SplitMixNext(&z);
   fork_salt.store(z != 0 ? z : 1, std::memory_order_relaxed);
 }
 

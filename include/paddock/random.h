@@ -11,6 +11,7 @@
 
 #include "paddock/internal/per_thread_counters.h"
 #include "paddock/internal/seed.h"
+#include "paddock/internal/splitmix.h"
 
 namespace paddock {
 
@@ -35,8 +36,10 @@ class Random {
     const uint64_t n = draws_.Increment(record, 0);
     const uint64_t seed =
         reseed_after_fork_ ? seed_ ^ internal::ForkSalt() : seed_;
-    return Mix(Mix(seed ^ (uint64_t{record->index} * kStreamStep)) +
-               kGolden * n);
+    return internal::SplitMixFinalize(
+        internal::SplitMixFinalize(seed ^
+                                   (uint64_t{record->index} * kStreamStep)) +
+        internal::kSplitMixGamma * n);
   }
 
   // Returns a double uniformly distributed in (0, 1].
@@ -49,15 +52,7 @@ class Random {
   uint64_t draws() const { return draws_.Sum(0); }
 
  private:
-  static constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
   static constexpr uint64_t kStreamStep = 0xd1b54a32d192ed03ULL;
-
-  // The SplitMix64 finaliser (Steele, Lea, Flood 2014).
-  static uint64_t Mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
 
   const uint64_t seed_;
   const bool reseed_after_fork_;
