@@ -15,8 +15,11 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "paddock/internal/seed.h"
+#include "paddock/internal/splitmix.h"
 #include "redis/protocol.h"
 
 namespace paddock::internal {
@@ -38,6 +41,16 @@ int PollMillis(absl::Duration d) {
 }
 
 }  // namespace
+
+absl::Duration JitteredBackoff(absl::Duration backoff, uint64_t bits) {
+  // Half the backoff times bits / 2^64, in integers: a double product would
+  // round up to the full half.
+  const int64_t half = absl::ToInt64Nanoseconds(backoff) / 2;
+  if (half <= 0) return backoff;
+  const absl::uint128 extra =
+      (absl::uint128(static_cast<uint64_t>(half)) * bits) >> 64;
+  return backoff + absl::Nanoseconds(absl::Uint128Low64(extra));
+}
 
 ChangeFeed::ChangeFeed(ChangeFeedConfig config, ChangeLog* log,
                        std::shared_ptr<SubscriberHub> hub)
@@ -135,6 +148,7 @@ bool ChangeFeed::Handle(const redisReply& reply, bool* pong) {
 
 void ChangeFeed::Run() {
   absl::Duration backoff = kFirstBackoff;
+  uint64_t jitter = SeedOrRandom(config_.seed);
   absl::Time next_ping = MonotonicNow() + config_.health_check_interval;
   std::optional<absl::Time> pong_due;  // Set while a ping is unanswered.
 
@@ -163,7 +177,7 @@ void ChangeFeed::Run() {
 
   while (!stopping_.load(std::memory_order_acquire)) {
     if (connection_ == nullptr) {
-      if (!Sleep(backoff)) break;
+      if (!Sleep(JitteredBackoff(backoff, SplitMixNext(&jitter)))) break;
       absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
           OpenSubscribed();
       if (!connection.ok()) {

@@ -33,7 +33,17 @@ struct ChangeFeedConfig {
   absl::Duration connect_timeout;
   absl::Duration io_timeout;
   absl::Duration health_check_interval;
+  // Seeds the reconnect jitter; 0 draws one from the operating system's
+  // entropy (SeedOrRandom), so that the pods of a fleet differ.
+  uint64_t seed = 0;
 };
+
+// Returns how long to wait before the next reconnect: `backoff` stretched by
+// a factor in [1, 1.5) taken from `bits`. Every pod of a fleet loses its
+// subscription at the same instant when their Redis restarts; without the
+// jitter they would all reconnect, and drop their entries, in step. Never
+// shorter than `backoff`, so the backoff's bound on reconnects holds.
+absl::Duration JitteredBackoff(absl::Duration backoff, uint64_t bits);
 
 class ChangeFeed {
  public:

@@ -28,6 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/clock.h"
+#include "paddock/internal/splitmix.h"
 #include "paddock/shared_tier.h"
 #include "redis/address.h"
 #include "redis/change_feed.h"
@@ -571,6 +572,29 @@ TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
   }
   done.store(true);
   fake.join();
+}
+
+// The reconnect wait is the backoff stretched by [0, 50 %): never shorter
+// (the bound above holds), and spread, so that pods whose Redis restarted
+// do not reconnect in step.
+TEST(ChangeFeedTest, ReconnectWaitsAreStretchedByUpToHalfTheBackoff) {
+  const absl::Duration backoff = absl::Milliseconds(80);
+  EXPECT_EQ(JitteredBackoff(backoff, 0), backoff);
+  EXPECT_LT(JitteredBackoff(backoff, ~uint64_t{0}), backoff * 1.5);
+  EXPECT_GT(JitteredBackoff(backoff, ~uint64_t{0}), backoff * 1.49);
+  uint64_t state = 42;
+  absl::Duration least = absl::InfiniteDuration();
+  absl::Duration most = absl::ZeroDuration();
+  for (int i = 0; i < 1000; ++i) {
+    const absl::Duration wait = JitteredBackoff(backoff, SplitMixNext(&state));
+    ASSERT_GE(wait, backoff);
+    ASSERT_LT(wait, backoff * 1.5);
+    least = std::min(least, wait);
+    most = std::max(most, wait);
+  }
+  // 1000 draws cover the range: pods drawing them do not move together.
+  EXPECT_LT(least, backoff * 1.05);
+  EXPECT_GT(most, backoff * 1.45);
 }
 
 // ---- SubscriberHub ----------------------------------------------------------
