@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
   uint64_t sum;
   if (adapter == PaddockSingleFlight::kName) {
     sum = Run<PaddockSingleFlight>(workload, ops);
+  } else if (adapter == PaddockXFetch::kName) {
+    sum = Run<PaddockXFetch>(workload, ops);
   } else if (adapter == PaddockSoftTtl::kName) {
     sum = Run<PaddockSoftTtl>(workload, ops);
   } else if (adapter == PaddockNaiveJitter::kName) {
