@@ -95,15 +95,16 @@ absl::StatusOr<std::unique_ptr<Fleet>> Fleet::Fork(int pods, PodMain pod_main) {
       return absl::ErrnoToStatus(errno, "paddock_replay: pipe");
     }
     // Room for tens of thousands of requests: the generator does not block
-    // on a pod whose reader waits for the CPU. A system whose pipe-max-size
-    // is lower keeps the default (64 KiB): the replay still runs, but its
-    // arrivals may wait on a slow pod, so say so.
+    // on a pod whose reader waits for the CPU. A system that refuses (a
+    // lower pipe-max-size, a user's pipe pages used up) keeps the pipe as it
+    // is: the replay still runs, but its arrivals may wait on a slow pod, so
+    // say so.
     if (::fcntl(fds[1], F_SETPIPE_SZ, kPipeBytes) < kPipeBytes &&
         !warned_pipe_size) {
       warned_pipe_size = true;
       std::fprintf(stderr,
                    "paddock_replay: warning: pipes of %d bytes refused (%s); "
-                   "see /proc/sys/fs/pipe-max-size\n",
+                   "see /proc/sys/fs/pipe-max-size and pipe-user-pages-*\n",
                    kPipeBytes, std::strerror(errno));
     }
     std::fflush(nullptr);

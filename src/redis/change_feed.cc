@@ -100,6 +100,9 @@ absl::Status ChangeFeed::Start() {
       OpenSubscribed();
   if (!connection.ok()) return connection.status();
   connection_ = *std::move(connection);
+  // Drawn here, not on the thread: std::random_device may throw, and a
+  // throw there would end the process.
+  jitter_state_ = SeedOrRandom(config_.seed);
   log_->SetConnected(true);
   thread_ = std::thread([this] { Run(); });
   return absl::OkStatus();
@@ -148,7 +151,6 @@ bool ChangeFeed::Handle(const redisReply& reply, bool* pong) {
 
 void ChangeFeed::Run() {
   absl::Duration backoff = kFirstBackoff;
-  uint64_t jitter = SeedOrRandom(config_.seed);
   absl::Time next_ping = MonotonicNow() + config_.health_check_interval;
   std::optional<absl::Time> pong_due;  // Set while a ping is unanswered.
 
@@ -177,7 +179,9 @@ void ChangeFeed::Run() {
 
   while (!stopping_.load(std::memory_order_acquire)) {
     if (connection_ == nullptr) {
-      if (!Sleep(JitteredBackoff(backoff, SplitMixNext(&jitter)))) break;
+      if (!Sleep(JitteredBackoff(backoff, SplitMixNext(&jitter_state_)))) {
+        break;
+      }
       absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
           OpenSubscribed();
       if (!connection.ok()) {

@@ -92,6 +92,7 @@ class ChangeFeed {
 
   // Set by Start(), then used by the thread only.
   std::unique_ptr<RedisConnection> connection_;
+  uint64_t jitter_state_ = 0;  // SplitMix64 state of the reconnect jitter.
   std::thread thread_;
 };
 

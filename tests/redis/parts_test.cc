@@ -455,7 +455,8 @@ class FakeRedisSocket {
             .channel = "ch",
             .connect_timeout = absl::Seconds(10),
             .io_timeout = absl::Seconds(10),
-            .health_check_interval = absl::Seconds(60)};
+            .health_check_interval = absl::Seconds(60),
+            .seed = 1};  // The same reconnect waits in every run.
   }
   const std::string& path() const { return path_; }
 

@@ -2,9 +2,9 @@
 // -----------------------------------------------------------------------------
 // SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number
 // generators", OOPSLA 2014): the one generator behind a cache's `Random`, the
-// fork salt and the fleet's record versions. Cheap, stateless beyond one
-// word, and good enough for jitter, early-refresh draws and unique tokens;
-// not for secrets.
+// fork salt, the fleet's record versions and the Redis change feed's
+// reconnect jitter. Cheap, stateless beyond one word, and good enough for
+// jitter, early-refresh draws and unique tokens; not for secrets.
 
 #ifndef PADDOCK_INTERNAL_SPLITMIX_H_
 #define PADDOCK_INTERNAL_SPLITMIX_H_
