@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -73,12 +72,6 @@ int64_t next_start_attempt = 0;  // Guarded by ticker_mu.
 // the precise clock.
 constexpr int64_t kRetryNanos = 1'000'000'000;
 
-// The tick rate is published once readings are this far apart, and refined
-// at every tick after that against the first reading: the error of a pair
-// (the few nanoseconds between its two reads, or a preemption) shrinks as
-// the window grows.
-constexpr int64_t kTickRateWindowNanos = 10'000'000;
-
 // A tick and a clock reading taken together: the best of three, the one
 // with the fewest ticks around the clock read (a preemption inside one
 // shows as many).
@@ -96,36 +89,22 @@ void ReadTicksAndNanos(uint64_t* ticks, int64_t* nanos) {
   }
 }
 
-// How often the ticker asks again whether the counter is reliable: the
-// kernel drops the TSC as its clocksource when its watchdog finds the CPUs'
-// TSCs out of step, and loads must then go back to the clock.
-constexpr int kReliabilityCheckTicks = 1000;
-
 void TickerLoop() {
-  bool ticks = internal::kHasTicks && internal::TicksAreReliable();
-  uint64_t ticks0 = 0;
-  int64_t nanos0 = 0;
-  if (ticks) ReadTicksAndNanos(&ticks0, &nanos0);
-  int since_check = 0;
+  const bool ticks = internal::kHasTicks && internal::TicksHaveAConstantRate();
+  internal::TickRateMeter meter;
   for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (ticks && ++since_check == kReliabilityCheckTicks) {
-      since_check = 0;
-      if (!internal::TicksAreReliable()) {
-        ticks = false;
-        internal::tick_nanos_q32.store(0, std::memory_order_relaxed);
-      }
-    }
     if (!ticks) {
       SystemClock::NowNanos();
-      continue;
+    } else {
+      uint64_t t = 0;
+      int64_t nanos = 0;
+      ReadTicksAndNanos(&t, &nanos);  // Also publishes the coarse time.
+      const uint64_t rate = meter.Observe(t, nanos);
+      if (rate != internal::tick_nanos_q32.load(std::memory_order_relaxed)) {
+        internal::tick_nanos_q32.store(rate, std::memory_order_relaxed);
+      }
     }
-    uint64_t ticks1 = 0;
-    int64_t nanos1 = 0;
-    ReadTicksAndNanos(&ticks1, &nanos1);  // Also publishes the coarse time.
-    if (nanos1 - nanos0 >= kTickRateWindowNanos) {
-      internal::PublishTickRate(ticks0, nanos0, ticks1, nanos1);
-    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -135,19 +114,41 @@ namespace internal {
 
 std::atomic<uint64_t> tick_nanos_q32{0};
 
-uint64_t PublishTickRate(uint64_t ticks0, int64_t nanos0, uint64_t ticks1,
-                         int64_t nanos1) {
-  if (ticks1 <= ticks0 || nanos1 <= nanos0) return 0;
-  const absl::uint128 q32 =
-      (absl::uint128(static_cast<uint64_t>(nanos1 - nanos0)) << 32) /
-      (ticks1 - ticks0);
-  if (q32 == 0 || absl::Uint128High64(q32) != 0) return 0;
-  const uint64_t rate = absl::Uint128Low64(q32);
-  tick_nanos_q32.store(rate, std::memory_order_relaxed);
-  return rate;
+uint64_t TickRateMeter::Observe(uint64_t ticks, int64_t nanos) {
+  // How far one step's counted time may stray from the clock's before the
+  // counter is taken to have jumped: the readings' own error is tens of
+  // nanoseconds (ReadTicksAndNanos), a preemption inside all three of its
+  // tries more.
+  constexpr int64_t kStepSlackNanos = 50'000;
+  if (started_ && nanos <= last_nanos_) return rate_;  // No time passed.
+  bool jumped = !started_ || ticks <= last_ticks_;
+  if (!jumped && rate_ != 0) {
+    const int64_t step = nanos - last_nanos_;
+    const int64_t counted = TicksToNanos(last_ticks_, ticks, rate_);
+    const int64_t off = counted > step ? counted - step : step - counted;
+    jumped = off > step / 50 + kStepSlackNanos;
+  }
+  last_ticks_ = ticks;
+  last_nanos_ = nanos;
+  if (jumped) {
+    started_ = true;
+    ticks0_ = ticks;
+    nanos0_ = nanos;
+    rate_ = 0;
+    return 0;
+  }
+  if (nanos - nanos0_ >= kWindowNanos) {
+    const absl::uint128 q32 =
+        (absl::uint128(static_cast<uint64_t>(nanos - nanos0_)) << 32) /
+        (ticks - ticks0_);
+    if (q32 != 0 && absl::Uint128High64(q32) == 0) {
+      rate_ = absl::Uint128Low64(q32);
+    }
+  }
+  return rate_;
 }
 
-bool TicksAreReliable() {
+bool TicksHaveAConstantRate() {
 #if defined(__x86_64__)
   unsigned int eax, ebx, ecx, edx;
   if (__get_cpuid(0x80000000, &eax, &ebx, &ecx, &edx) == 0 ||
@@ -155,11 +156,7 @@ bool TicksAreReliable() {
     return false;
   }
   __get_cpuid(0x80000007, &eax, &ebx, &ecx, &edx);
-  if ((edx & (1u << 8)) == 0) return false;  // Not an invariant TSC.
-  std::ifstream source(
-      "/sys/devices/system/clocksource/clocksource0/current_clocksource");
-  std::string name;
-  return std::getline(source, name) && name == "tsc";
+  return (edx & (1u << 8)) != 0;  // The invariant-TSC bit.
 #elif defined(__aarch64__)
   return true;  // The generic timer's counter has a fixed frequency.
 #else

@@ -372,9 +372,9 @@ class Cache {
   // default clock once the tick rate is known (internal/ticks.h), a tick
   // count that times it, so that neither end reads the precise clock (two
   // vDSO reads per miss were 15 % of a Zipf run's time). `nanos` is then the
-  // coarse time, never ahead of the precise one, and the load ends at
-  // `nanos` plus its duration: its entry's times start up to a coarse tick
-  // early, never late.
+  // coarse time, never ahead of the precise one, and the load ends no later
+  // than the coarse time at its end (internal::CountedLoadTimes): its
+  // entry's times start up to a coarse tick early, never late.
   struct LoadStart {
     int64_t nanos = 0;
     uint64_t ticks = 0;
@@ -390,12 +390,15 @@ class Cache {
     }
     return {NowNanos()};
   }
-  // The end of a load started at `start`, on the same clock.
-  int64_t EndLoadClock(const LoadStart& start) const {
-    if (start.tick_q32 == 0) return NowNanos();
-    return internal::AddNanosSaturated(
+  // The start and end of a load started at `start`, on the same clock; a
+  // counted load's start is its end less its counted time.
+  internal::LoadTimes EndLoadClock(const LoadStart& start) const {
+    if (start.tick_q32 == 0) return {start.nanos, NowNanos()};
+    return internal::CountedLoadTimes(
         start.nanos,
-        internal::TicksToNanos(start.ticks, internal::Ticks(), start.tick_q32));
+        internal::TicksToNanos(start.ticks, internal::Ticks(), start.tick_q32),
+        internal::CoarseNowNanosIfTicking(),
+        [] { return SystemClock::NowNanos(); });
   }
   // The time of a store that times nothing (a Put): the coarse time on the
   // default clock while it ticks, so that a write makes no precise read
@@ -1587,8 +1590,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     internal::PendingLoad<Flight>& pending, const LoadStart& start) {
   recorder_.LoadStarted(LoadKind::kForeground);
   absl::StatusOr<V> result = CallLoader(key, hash);
-  const int64_t started = start.nanos;
-  const int64_t finished = EndLoadClock(start);
+  const auto [started, finished] = EndLoadClock(start);
   recorder_.LoadFinished(LoadKind::kForeground, finished - started,
                          result.status());
   if (!result.ok()) {

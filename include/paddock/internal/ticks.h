@@ -2,15 +2,23 @@
 // -----------------------------------------------------------------------------
 // `Ticks()`: the CPU's constant-rate counter (x86-64's invariant TSC,
 // AArch64's virtual counter), for timing a load on the default clock. A
-// vDSO clock read costs 16 ns on the 2-vCPU VM of docs/benchmarks.md and a
-// miss made two, 15 % of a Zipf run's time; a counter read costs 7 ns. The
-// rate is measured by the coarse clock's ticker against CLOCK_MONOTONIC
-// (src/clock.cc); until it is known, or where there is no reliable counter,
+// vDSO clock read costs 16 ns on the Intel VM of docs/benchmarks.md and 27 ns
+// on a VM whose kernel keeps time by kvm-clock, and a miss made two; a
+// counter read costs 7-12 ns. The rate is measured by the coarse clock's
+// ticker against CLOCK_MONOTONIC (src/clock.cc); until it is known, after the
+// counter jumped, or where there is no constant-rate counter,
 // `TickNanosQ32()` is 0 and callers read the clock instead.
+//
+// The counter is not trusted beyond its rate: the kernel may not keep time by
+// it (a VM booted with `tsc=unstable`, whose counter can jump when it is
+// migrated or restored, and whose CPUs' counters need not be in step), so a
+// load's counted time is checked against the coarse clock
+// (`CountedLoadTimes`), and a load's end is never later than the clock's.
 
 #ifndef PADDOCK_INTERNAL_TICKS_H_
 #define PADDOCK_INTERNAL_TICKS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -65,20 +73,75 @@ inline int64_t TicksToNanos(uint64_t from, uint64_t to, uint64_t q32) {
              : static_cast<int64_t>(absl::Uint128Low64(nanos));
 }
 
-// Measures the rate from a pair of (tick, CLOCK_MONOTONIC nanoseconds)
-// readings taken `window` apart, and publishes it; for the ticker (and
-// tests). Returns the published rate, or 0 (none published) if the readings
-// cannot give one.
-uint64_t PublishTickRate(uint64_t ticks0, int64_t nanos0, uint64_t ticks1,
-                         int64_t nanos1);
+// The start and end of a load, in nanoseconds on the default clock.
+struct LoadTimes {
+  int64_t started = 0;
+  int64_t finished = 0;
+};
 
-// Whether the counter can time a load on any core: it runs at a constant
-// rate in every power state and is in step across CPUs. x86-64: CPUID's
-// invariant-TSC bit, and the kernel keeping time by the TSC (clocksource
-// `tsc`, which Linux keeps only while it finds the CPUs' TSCs in step);
-// AArch64: always (the generic timer is system-wide). Reads a sysfs file:
-// for the ticker (at its start and once a second), not a hot path.
-bool TicksAreReliable();
+// How far a load's counted time may exceed the coarse clock's elapsed time
+// before the precise clock is asked. A load shorter than this is timed with
+// no clock read; a wrong counter misstates a load's duration by at most this
+// much plus the coarse clock's staleness.
+inline constexpr int64_t kCountedSlackNanos = 100'000;
+
+// The times of a load that began at coarse time `coarse_start` and was
+// counted to take `counted` nanoseconds, now that the coarse clock reads
+// `coarse_end` (0: not ticking). `precise_now()` reads the precise clock; it
+// is called only when the two disagree: a coarse clock that stalled, or a
+// counter that jumped.
+//
+// Either way `finished` is never later than the precise time of the call
+// (the coarse clock never runs ahead of it) and `finished - started` is the
+// counted time when the clocks allow it. Pure; thread-safe.
+template <typename PreciseNow>
+LoadTimes CountedLoadTimes(int64_t coarse_start, int64_t counted,
+                           int64_t coarse_end, const PreciseNow& precise_now) {
+  if (coarse_end != 0 && coarse_end >= coarse_start &&
+      counted <= coarse_end - coarse_start + kCountedSlackNanos) {
+    int64_t end;
+    if (__builtin_add_overflow(coarse_start, counted, &end)) end = coarse_end;
+    const int64_t finished = std::min(end, coarse_end);
+    return {finished - counted, finished};
+  }
+  const int64_t now = precise_now();
+  // A counter that ran ahead of the clock is not believed: the load took at
+  // most the time since its coarse start.
+  const int64_t took =
+      now > coarse_start ? std::min(counted, now - coarse_start) : 0;
+  return {now - took, now};
+}
+
+// The counter's rate, measured by the ticker from (tick, CLOCK_MONOTONIC
+// nanoseconds) readings taken about a millisecond apart. The rate is known
+// once the readings span `kWindowNanos`, and is then refined against the
+// first one, so its error shrinks as the window grows. A reading whose step
+// from the previous one disagrees with the known rate (the counter jumped,
+// went back or changed rate: a VM migrated or restored) starts the window
+// anew, and the rate is unknown until it spans kWindowNanos again.
+// Not thread-safe: the ticker's.
+class TickRateMeter {
+ public:
+  static constexpr int64_t kWindowNanos = 10'000'000;
+
+  // Takes a reading; returns the rate in 32.32 nanoseconds per tick, or 0
+  // while it is not known.
+  uint64_t Observe(uint64_t ticks, int64_t nanos);
+
+ private:
+  bool started_ = false;
+  uint64_t ticks0_ = 0;  // The window's first reading.
+  int64_t nanos0_ = 0;
+  uint64_t last_ticks_ = 0;  // The previous reading.
+  int64_t last_nanos_ = 0;
+  uint64_t rate_ = 0;
+};
+
+// Whether the counter runs at a constant rate in every power state: x86-64's
+// CPUID invariant-TSC bit; always on AArch64 (the generic timer has a fixed
+// frequency). Whether the kernel keeps time by it does not matter (see the
+// file comment). For the ticker, at its start.
+bool TicksHaveAConstantRate();
 
 }  // namespace paddock::internal
 
