@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
+#include "paddock/internal/ticks.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
 #include "sanitizers.h"
@@ -323,7 +324,25 @@ TEST(SystemClockTest, AForkedChildStartsATickerOfItsOwn) {
   }
   // The parent's ticker does not survive fork(): before the fix the child's
   // coarse clock stopped, and hits served expired values as fresh.
-  SystemClock::CoarseNowNanos();  // The parent's ticker runs.
+  //
+  // Fork only once the parent's ticker is in its loop, as in a pre-fork
+  // server whose ticker has run for a while. A fork while the ticker thread
+  // is still starting is another matter: under clang 14's ASan that start
+  // may hold a lock of the sanitizer's allocator (its stack lookup callocs),
+  // the child inherits it held, and the child's own ticker hangs in calloc
+  // before its first tick (9 runs in 40 here, seen with gdb); glibc's malloc
+  // resets its locks in a forked child.
+  const int64_t started = SystemClock::CoarseNowNanos();
+  const bool counts = internal::kHasTicks && internal::TicksHaveAConstantRate();
+  for (int i = 0; i < 10'000; ++i) {
+    if (internal::CoarseNowNanosIfTicking() != started &&
+        (!counts || internal::TickNanosQ32() != 0)) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(internal::CoarseNowNanosIfTicking(), started)
+      << "the parent's ticker never ticked";
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   // About 10 loads when the child's ticker runs; 1 with a stopped clock. The
