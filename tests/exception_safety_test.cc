@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -322,14 +323,17 @@ TEST(ExceptionSafety, AThrowingListenerIsIgnoredAndLeaksNoLoadSlot) {
 
 // -- Copies that throw after a load was registered.
 
-// A key whose N-th copy on the calling thread throws (0: none does).
+// A key whose N-th copy on the calling thread throws (0: none does), after
+// calling `before_key_copy_throws` if set.
 thread_local int key_copies_until_throw = 0;
+thread_local std::function<void()> before_key_copy_throws;
 struct FlakyKey {
   std::string s;
   explicit FlakyKey(std::string v) : s(std::move(v)) {}
   FlakyKey(FlakyKey&&) noexcept = default;
   FlakyKey(const FlakyKey& o) : s(o.s) {
     if (key_copies_until_throw > 0 && --key_copies_until_throw == 0) {
+      if (before_key_copy_throws) before_key_copy_throws();
       throw std::runtime_error("key copy failed");
     }
   }
@@ -388,6 +392,56 @@ TEST(ExceptionSafety, GetAsyncSurvivesEveryThrowingKeyCopy) {
 
 TEST(ExceptionSafety, UncoalescedGetAsyncSurvivesEveryThrowingKeyCopy) {
   GetAsyncSurvivesEveryThrowingKeyCopy<NaiveJitter>();
+}
+
+// A GetAsync miss that throws after it queued its load ends that load only
+// while nobody runs it: once a blocking Get has claimed it, the Get's load
+// ends it, and a later caller joins that load instead of starting another.
+TEST(ExceptionSafety, AGetAsyncThatThrowsLeavesTheLoadAGetClaimedRunning) {
+  ManualExecutor executor;  // Keeps the load queued until a Get claims it.
+  testing::Counter entered;
+  testing::Gate release;
+  std::atomic<int> loads{0};
+  Cache<FlakyKey, std::string, SingleFlight> cache(
+      [&](const FlakyKey& k) -> absl::StatusOr<std::string> {
+        const int n = ++loads;
+        entered.Increment();
+        release.Wait();
+        return absl::StrCat(k.s, "#", n);
+      },
+      Options{.ttl = absl::Seconds(10),
+              .wait_timeout = absl::Seconds(60),
+              .executor = &executor});
+  const FlakyKey key("k");
+  absl::StatusOr<std::string> claimed = absl::UnknownError("unanswered");
+  std::thread getter;
+  // The second copy, the waiter's, comes after the queued flight is
+  // registered: a blocking Get claims that flight and starts its load.
+  key_copies_until_throw = 2;
+  before_key_copy_throws = [&] {
+    getter = std::thread([&] { claimed = cache.Get(key); });
+    EXPECT_TRUE(entered.WaitFor(1));
+  };
+  EXPECT_THROW(cache.GetAsync(key, [](const absl::StatusOr<std::string>&) {}),
+               std::runtime_error);
+  key_copies_until_throw = 0;
+  before_key_copy_throws = nullptr;
+  absl::StatusOr<std::string> joined = absl::UnknownError("unanswered");
+  std::thread joiner([&] { joined = cache.Get(key); });
+  // Until it joins the running load, or (the defect) starts a second one.
+  while (cache.stats().coalesced_waits == 0 && entered.value() < 2) {
+    std::this_thread::yield();
+  }
+  release.Open();
+  getter.join();
+  joiner.join();
+  EXPECT_EQ(loads.load(), 1);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  EXPECT_EQ(*claimed, "k#1");
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(*joined, "k#1");
+  EXPECT_EQ(cache.GetIfPresent(key), "k#1");
+  EXPECT_EQ(cache.loads_in_flight(), 0u);
 }
 
 // The same with an asynchronous loader: started in GetAsync itself, or by a

@@ -1259,6 +1259,12 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   // throw must end it: a queued flight never ages, and every later caller
   // of the key would join it and wait for a load nobody runs.
   const auto end_unstarted = [&]() noexcept {
+    // A blocking Get may have claimed the queued flight meanwhile: then its
+    // load runs, and ends the flight, for every caller that joined it.
+    // (Other flights start running: nobody else can claim them.)
+    if constexpr (P::kCoalesceLoads) {
+      if (!start_here && !flight->TryClaim(NowNanos())) return;
+    }
     Load load{key, hash, flight, LoadKind::kForeground};
     load.delivery = std::move(delivery);
     const int64_t at = NowNanos();
