@@ -322,6 +322,41 @@ TEST_F(AsyncTest, DestroyingTheCacheCancelsEveryPendingWaiterOnce) {
   EXPECT_EQ(loads_, 0);
 }
 
+TEST_F(AsyncTest, DestroyingTheCacheDropsALoadStillWaitingForASlot) {
+  // One load slot, held by a running load; a second key's load waits for it
+  // on another pool thread when ~Cache begins. That load is queued work: it
+  // must stop waiting and never call the loader, even once the slot frees,
+  // and its waiter is cancelled, once.
+  ThreadPool pool(2);
+  options_.executor = &pool;
+  options_.max_concurrent_loads = 1;
+  options_.wait_timeout = absl::Seconds(60);
+  Gate release;
+  Counter loading;
+  std::atomic<int> waiting_loads{0};
+  auto cache = std::make_unique<StringCache>(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        if (k == "waiting") ++waiting_loads;
+        loading.Increment();
+        release.Wait();
+        return k;
+      },
+      options_);
+  cache->GetAsync("running", [](const absl::StatusOr<std::string>&) {});
+  ASSERT_TRUE(loading.WaitFor(1));
+  Results waiting;
+  cache->GetAsync("waiting", waiting.Callback());
+  std::thread destroyer([&] { cache.reset(); });
+  // The destructor waits for the running load; the waiting one gives up
+  // meanwhile (before the fix it waited, then loaded, once the slot freed).
+  EXPECT_TRUE(waiting.WaitFor(1));
+  release.Open();
+  destroyer.join();
+  EXPECT_EQ(waiting_loads.load(), 0);
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_EQ(waiting.results()[0].status().code(), absl::StatusCode::kCancelled);
+}
+
 TEST_F(AsyncTest, AWaiterTimingOutDuringDestructionIsCancelledOnItsThread) {
   // ~Cache waits for a running load; meanwhile the timeout of a waiter whose
   // load is still queued behind it falls due. The destructor cancels that

@@ -768,25 +768,45 @@ class Cache<K, V, P, H, E>::LoadTask {
       if (load.slot == 0 && cache_->SkipRefresh(load)) return;
     }
     if (load.slot == 0) {
+      // The destructor waits for this task: it stops waiting for a slot
+      // once the destructor begins (within LoadSlots' recheck interval).
       load.slot = cache_->slots_.AcquireFor(
-          cache_->options_.wait_timeout, [this] { return cache_->NowNanos(); });
+          cache_->options_.wait_timeout, [this] { return cache_->NowNanos(); },
+          [this] { return lifeline_->closing(); });
       if (load.slot == 0) {
         const int64_t now = cache_->NowNanos();
         cache_->Complete(
             load,
-            absl::DeadlineExceededError(absl::StrCat(
-                "paddock: no load slot came free within "
-                "wait_timeout (",
-                absl::FormatDuration(cache_->options_.wait_timeout), ")")),
+            lifeline_->closing()
+                ? DestroyedBeforeItRan()
+                : absl::DeadlineExceededError(absl::StrCat(
+                      "paddock: no load slot came free within "
+                      "wait_timeout (",
+                      absl::FormatDuration(cache_->options_.wait_timeout),
+                      ")")),
             /*loader_ran=*/false, now, now);
         return;
       }
+    }
+    // Queued work that has not called the loader when the destructor begins
+    // is dropped, as the destructor's contract says, whatever it waited for.
+    if (lifeline_->closing()) {
+      cache_->slots_.Release(std::exchange(load.slot, 0));
+      const int64_t now = cache_->NowNanos();
+      cache_->Complete(load, DestroyedBeforeItRan(), /*loader_ran=*/false, now,
+                       now);
+      return;
     }
     // A blocking loader holds this thread until it returns: a GetAsync
     // miss of the key waits for it rather than start another beside it
     // (Shard::ExecutorFlight).
     if (!claimed_ && !cache_->async_loader_) flight->MarkOnExecutor();
     cache_->RunLoad(load);
+  }
+
+  static absl::Status DestroyedBeforeItRan() {
+    return absl::CancelledError(
+        "paddock: cache destroyed before this queued load ran");
   }
 
   Cache* cache_;

@@ -81,13 +81,21 @@ class LoadSlots {
     return TakeLocked(now, Take::kStart);
   }
 
+  // Never stops a wait (AcquireFor's default).
+  struct NeverStop {
+    bool operator()() const { return false; }
+  };
+
   // Takes a slot, waiting up to `timeout` (real time) for one; `now()` reads
-  // the cache clock. Returns 0 on timeout. Thread-safe.
-  template <typename NowFn>
+  // the cache clock. Returns 0 on timeout, or once `stop()` holds: it is
+  // asked before each look, at least every kRecheck while waiting.
+  // Thread-safe.
+  template <typename NowFn, typename StopFn = NeverStop>
   ABSL_ATTRIBUTE_ALWAYS_INLINE Ticket AcquireFor(absl::Duration timeout,
-                                                 const NowFn& now) {
+                                                 const NowFn& now,
+                                                 const StopFn& stop = {}) {
     if (limit_ == 0) return kUnlimited;  // Every miss passes here.
-    return AcquireForLimited(timeout, now);
+    return AcquireForLimited(timeout, now, stop);
   }
 
   // Returns a slot (or a reservation). One taken away from a too-old holder,
@@ -105,8 +113,9 @@ class LoadSlots {
   }
 
  private:
-  template <typename NowFn>
-  Ticket AcquireForLimited(absl::Duration timeout, const NowFn& now) {
+  template <typename NowFn, typename StopFn>
+  Ticket AcquireForLimited(absl::Duration timeout, const NowFn& now,
+                           const StopFn& stop) {
     using SteadyClock = std::chrono::steady_clock;
     const bool forever = IsForever(timeout);
     const SteadyClock::time_point deadline =
@@ -114,6 +123,7 @@ class LoadSlots {
                 : SteadyClock::now() + absl::ToChronoNanoseconds(timeout);
     MutexLock lock(&mu_);
     for (;;) {
+      if (stop()) return 0;
       const int64_t cache_now = now();
       if (const Ticket ticket = TakeLocked(cache_now, Take::kLoad);
           ticket != 0) {
