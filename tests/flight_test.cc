@@ -5,6 +5,8 @@
 #include "paddock/internal/flight.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -46,6 +48,43 @@ TEST(FlightTest, CountsJoins) {
   flight.Join();
   flight.Join();
   EXPECT_EQ(flight.joined(), 2);
+}
+
+// A shard reads a flight's state and start time without the claimer's help
+// (Shard::Live): once a claimed flight shows as running, it must show its new
+// start time, or a load queued longer than max_load_age looks too old to
+// wait for and a second one starts. Real threads, claimer and watcher in
+// lockstep, so that the watcher looks as soon as the state changes.
+TEST(FlightTest, AClaimedFlightNeverShowsRunningWithItsQueuedTime) {
+  constexpr int kFlights = 20000;
+  constexpr int64_t kClaimedAt = 1'000'000;
+  std::vector<std::unique_ptr<Flight<int>>> flights;
+  for (int i = 0; i < kFlights; ++i) {
+    flights.push_back(
+        std::make_unique<Flight<int>>(0, Flight<int>::State::kQueued));
+  }
+  std::atomic<int> watching{-1};
+  int stale = 0;
+  std::thread watcher([&] {
+    for (int i = 0; i < kFlights; ++i) {
+      watching.store(i, std::memory_order_release);
+      // Tight, to look within nanoseconds; yields if the claimer is off
+      // the CPU (a loaded CI machine).
+      for (int spins = 0; flights[i]->queued(); ++spins) {
+        if (spins > 1000) std::this_thread::yield();
+      }
+      if (flights[i]->started_at() != kClaimedAt) ++stale;
+    }
+  });
+  for (int i = 0; i < kFlights; ++i) {
+    for (int spins = 0; watching.load(std::memory_order_acquire) < i; ++spins) {
+      if (spins > 1000) std::this_thread::yield();
+    }
+    ASSERT_TRUE(flights[i]->TryClaim(kClaimedAt));
+    EXPECT_FALSE(flights[i]->TryClaim(kClaimedAt));
+  }
+  watcher.join();
+  EXPECT_EQ(stale, 0);
 }
 
 // Waiters that block without limit all wake with the one outcome, whether

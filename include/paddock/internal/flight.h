@@ -37,7 +37,10 @@ namespace paddock::internal {
 template <typename T>
 class Flight {
  public:
-  enum class State : uint8_t { kQueued, kRunning, kDone };
+  // kClaiming: between a claim and its new `started_at` being stored; still
+  // counts as queued, so that nobody takes the flight for one that started
+  // long ago.
+  enum class State : uint8_t { kQueued, kClaiming, kRunning, kDone };
 
   // `started_at`: when the flight was registered, on the cache's clock.
   // `slot`: the load slot it already holds (a refresh takes one when it is
@@ -55,19 +58,22 @@ class Flight {
   LoadSlots::Ticket slot() const { return slot_; }
 
   // Takes a queued flight to run it, from `now` on. True for exactly one
-  // caller. Call `now` under the lock that guards where the flight can be
-  // found, or where nobody reads `started_at()` meanwhile.
+  // caller. Lock-free; whoever sees the flight running (`queued()` false)
+  // afterwards sees its new `started_at()`.
   bool TryClaim(int64_t now) {
     State expected = State::kQueued;
-    if (!state_.compare_exchange_strong(expected, State::kRunning,
+    if (!state_.compare_exchange_strong(expected, State::kClaiming,
                                         std::memory_order_acq_rel)) {
       return false;
     }
     started_at_.store(now, std::memory_order_relaxed);
+    state_.store(State::kRunning, std::memory_order_release);
     return true;
   }
+  // Not yet running: queued, or being claimed. Thread-safe.
   bool queued() const {
-    return state_.load(std::memory_order_acquire) == State::kQueued;
+    const State state = state_.load(std::memory_order_acquire);
+    return state == State::kQueued || state == State::kClaiming;
   }
   // Marks a claimed flight as run by a blocking loader on an executor
   // thread (which it holds until the loader returns). Thread-safe.
