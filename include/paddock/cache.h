@@ -191,7 +191,9 @@ class Cache {
   // cache, not one per waiter: a `done` that blocks there delays every
   // other waiter's timeout, so hand long work to an executor). A `done`
   // that throws: the exception is caught and dropped; the other waiters are
-  // unaffected.
+  // unaffected. `key` need only live until `done` runs or GetAsync
+  // returns, whichever comes first: `done` may free it (a request object
+  // that owns it), on whatever thread, and the cache reads its own copy.
   //
   // Thread-safe. Allocates a waiter on a miss.
   void GetAsync(const K& key, Callback done);
@@ -837,6 +839,10 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
         joined_(joined),
         done_(std::move(done)) {}
 
+  // The waiter's own copy of its key: valid as long as the waiter, after
+  // its callback has run (and freed the caller's). Thread-safe.
+  const K& key() const { return key_; }
+
   // Calls back with `result`; for the waiter's claimer only.
   void Run(absl::StatusOr<V> result) noexcept {
     // Destroying the cache from inside `done` is caught (internal/lifeline.h).
@@ -1275,6 +1281,14 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   }
   recorder_.Miss();
   if (!lead) recorder_.CoalescedWait();
+  // Once the waiter can be answered (by its timer, by a load a blocking Get
+  // claimed, or inline by a zero wait_timeout), `done` may free whatever
+  // holds the caller's `key`: from then on only the waiter's own copy of the
+  // key is read.
+  std::shared_ptr<AsyncWaiter> waiter;
+  const auto own_key = [&]() -> const K& {
+    return waiter != nullptr ? waiter->key() : key;
+  };
   // Until a task (or the loader) holds the load this caller registered, a
   // throw must end it: a queued flight never ages, and every later caller
   // of the key would join it and wait for a load nobody runs.
@@ -1285,7 +1299,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     if constexpr (P::kCoalesceLoads) {
       if (!start_here && !flight->TryClaim(NowNanos())) return;
     }
-    Load load{key, hash, flight, LoadKind::kForeground};
+    Load load{own_key(), hash, flight, LoadKind::kForeground};
     load.delivery = std::move(delivery);
     const int64_t at = NowNanos();
     Complete(load, absl::InternalError("paddock: could not start the load"),
@@ -1297,7 +1311,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     }
     Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
     const absl::Duration timeout = options_.wait_timeout;
-    auto waiter = std::make_shared<AsyncWaiter>(
+    waiter = std::make_shared<AsyncWaiter>(
         this, key, hash, std::move(done),
         internal::IsForever(timeout)
             ? internal::AsyncWaiterBase::SteadyTime::max()
@@ -1308,14 +1322,14 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
       // Never waits: the answer a timeout gives, now. (The load, if this
       // caller started one, still runs and stores.)
       waiter->Claim();
-      waiter->Run(TimedOut(key, hash, /*counted=*/!lead));
+      waiter->Run(TimedOut(own_key(), hash, /*counted=*/!lead));
     } else {
       try {
         async_waiters_.Add(waiter);
       } catch (...) {
         // No timer thread: this caller gets the timeout's answer at once.
         waiter->Claim();
-        waiter->Run(TimedOut(key, hash, /*counted=*/!lead));
+        waiter->Run(TimedOut(own_key(), hash, /*counted=*/!lead));
       }
       bool joined = true;
       try {
@@ -1341,7 +1355,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   }
   if (!lead) return;
   if (start_here) {
-    Load load{key, hash, flight, LoadKind::kForeground};
+    Load load{own_key(), hash, flight, LoadKind::kForeground};
     load.caller_waits = true;
     load.delivery = std::move(delivery);
     StartAsyncLoad(load, nullptr, nullptr);
@@ -1349,7 +1363,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   }
   try {
     std::optional<LoadTask> task;
-    task.emplace(this, key, hash, LoadKind::kForeground);
+    task.emplace(this, own_key(), hash, LoadKind::kForeground);
     task->Attach(flight, /*claimed=*/!P::kCoalesceLoads, std::move(delivery));
     Schedule(*std::move(task));
   } catch (...) {
