@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
 #include "paddock/clock.h"
+#include "paddock/completion.h"
 #include "paddock/executor.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
@@ -300,6 +301,36 @@ TEST_F(FleetTest, AnErrorIsRememberedFleetWide) {
   a.next_error = absl::OkStatus();
   EXPECT_TRUE(b.cache->Get("k").ok());
   EXPECT_EQ(fleet_loads_, 2);
+}
+
+// An asynchronous loader that drops its completion (shedding work, or its
+// event loop stopping as the pod shuts down) fails that pod's callers, but
+// is not the key's answer: the fleet does not remember it, and the lease goes
+// back so that another pod loads the key at once.
+TEST_F(FleetTest, ADroppedCompletionIsNotRememberedFleetWide) {
+  ManualClock clock(absl::UnixEpoch() + absl::Hours(1));
+  ManualExecutor executor;
+  Cache<std::string, std::string, SingleFlight> dropping(
+      Cache<std::string, std::string, SingleFlight>::AsyncLoader(
+          [](const std::string&, Completion<std::string>) {}),
+      Options{.ttl = absl::Seconds(10),
+              .clock = &clock,
+              .executor = &executor,
+              .error_ttl = absl::Seconds(5),
+              .shared = tier_});
+  absl::StatusOr<std::string> got = dropping.Get("k");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(dropping.stats().leases_acquired, 1u);
+  EXPECT_EQ(tier_->record("k"), std::nullopt);
+  EXPECT_EQ(tier_->releases(), 1);
+  // Remembered here, as any failure of this pod's loads is.
+  EXPECT_EQ(dropping.Get("k").status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(dropping.stats().negative_hits, 1u);
+  Options options{.error_ttl = absl::Seconds(5)};
+  Pod<SingleFlight> b(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{}, options);
+  EXPECT_EQ(b.cache->Get("k").value_or(""), "k#1");
+  EXPECT_EQ(b.loads, 1);
 }
 
 // A failed refresh leaves the tier's record, the fleet's last good value:

@@ -529,9 +529,12 @@ class Cache {
   std::optional<Outcome> LoadHere(Load& load, const std::string* key_bytes,
                                   const std::string* lease_token);
   // The loader's result, from `started` on: the rest of LoadHere.
+  // `verdict`: an error is the key's answer, which error_ttl shares with the
+  // fleet; false for an error of this process's own (a dropped completion,
+  // a load that could not start), which gives the lease back instead.
   Outcome FinishLoad(Load& load, absl::StatusOr<V> result, int64_t started,
                      const std::string* key_bytes,
-                     const std::string* lease_token);
+                     const std::string* lease_token, bool verdict = true);
   // Starts the asynchronous loader for `load`, which it takes over. Never
   // throws: if the loader cannot be started, the load ends with an error.
   void StartAsyncLoad(Load& load, const std::string* key_bytes,
@@ -551,10 +554,11 @@ class Cache {
   Outcome ServeStaleAndRefresh(Load& load, const std::string& key_bytes,
                                const SharedLookup& lookup,
                                absl::StatusOr<V> stale, int64_t now);
-  // Writes a load's result to the shared tier under `lease_token`.
+  // Writes a load's result to the shared tier under `lease_token` (an
+  // error only if it is a `verdict`, see FinishLoad).
   void FillTier(Load& load, const std::string& key_bytes,
                 const std::string& lease_token, const absl::StatusOr<V>& result,
-                int64_t started, int64_t finished);
+                int64_t started, int64_t finished, bool verdict);
   // Whether the policy serves `record`'s value, stale, at `now`.
   bool ServesStale(const SharedRecord& record, int64_t now);
   // The shared version of the value this process holds for `load`'s key.
@@ -1797,13 +1801,15 @@ Cache<K, V, P, H, E>::LoadHere(Load& load, const std::string* key_bytes,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
     Load& load, absl::StatusOr<V> result, int64_t started,
-    const std::string* key_bytes, const std::string* lease_token) {
+    const std::string* key_bytes, const std::string* lease_token,
+    bool verdict) {
   const int64_t finished = NowNanos();
   slots_.Release(std::exchange(load.slot, 0));
   recorder_.LoadFinished(load.kind, finished - started, result.status());
   if constexpr (kShareable) {
     if (lease_token != nullptr) {
-      FillTier(load, *key_bytes, *lease_token, result, started, finished);
+      FillTier(load, *key_bytes, *lease_token, result, started, finished,
+               verdict);
     }
   }
   return Complete(load, std::move(result), /*loader_ran=*/true, started,
@@ -1832,7 +1838,7 @@ void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
     FinishLoad(
         state != nullptr ? state->load : load,
         absl::InternalError("paddock: could not start the asynchronous load"),
-        started, key_bytes, lease_token);
+        started, key_bytes, lease_token, /*verdict=*/false);
     return;
   }
   state->caller = std::this_thread::get_id();
@@ -1884,9 +1890,13 @@ void Cache<K, V, P, H, E>::FinishAsyncLoad(
     }
     return;
   }
+  // A dropped completion (a loader shedding work, or shutting down with
+  // this process) says nothing about the key: the fleet does not remember
+  // it, and another process may load the key at once.
   state->cache->FinishLoad(state->load, std::move(result), state->started,
                            state->with_lease ? &state->key_bytes : nullptr,
-                           state->with_lease ? &state->lease_token : nullptr);
+                           state->with_lease ? &state->lease_token : nullptr,
+                           /*verdict=*/!dropped);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2058,7 +2068,8 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
                                     const std::string& lease_token,
                                     const absl::StatusOr<V>& result,
-                                    int64_t started, int64_t finished) {
+                                    int64_t started, int64_t finished,
+                                    bool verdict) {
   const absl::Duration took = absl::Nanoseconds(finished - started);
   SharedFill fill;
   try {
@@ -2080,17 +2091,18 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
                         .serve_on_error_for = life.serve_on_error_for,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
-    } else if (options_.error_ttl > absl::ZeroDuration() &&
+    } else if (options_.error_ttl > absl::ZeroDuration() && verdict &&
                load.kind != LoadKind::kRefresh) {
       fill = SharedFill{.value = result.status(),
                         .keep_for = options_.error_ttl,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
     } else {
-      // Not remembered: the next asker may load at once. Nor is a failed
-      // refresh's error, which would replace the record being refreshed:
-      // still the fleet's value, which every process may serve stale (this
-      // one keeps its copy and remembers the error itself).
+      // Not remembered: the next asker may load at once. Nor is an error of
+      // this process's own (not a verdict), nor a failed refresh's error,
+      // which would replace the record being refreshed: still the fleet's
+      // value, which every process may serve stale (this one keeps its copy
+      // and remembers the error itself).
       if (!tier_->Release(key_bytes, lease_token).ok()) {
         recorder_.SharedError();
       }
