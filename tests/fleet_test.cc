@@ -284,6 +284,74 @@ TEST_F(FleetTest, AColdPodGrantedTheLeasePastTheStaleWindowLoads) {
   EXPECT_EQ(tier_->releases(), 0);
 }
 
+// A backend that goes down past the stale window but within stale_if_error:
+// a pod that starts then (empty, granted the lease) serves the fleet's last
+// value on the failure, as the pods with a copy do; and the failure is not
+// filled over that value, which the other pods still serve.
+TEST_F(FleetTest, AColdPodWhoseLoadFailsWithinStaleIfErrorServesTheTiersValue) {
+  const SoftTtl policy{.stale_for = absl::Seconds(5),
+                       .stale_if_error = absl::Seconds(30)};
+  Options options{.error_ttl = absl::Seconds(5)};
+  Pod<SoftTtl> a(tier_, &fleet_loads_, absl::ZeroDuration(), policy, options);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(16), a);  // Past ttl + stale_for, within 40 s.
+  Pod<SoftTtl> cold(tier_, &fleet_loads_, absl::ZeroDuration(), policy,
+                    options),
+      later(tier_, &fleet_loads_, absl::ZeroDuration(), policy, options);
+  cold.clock.Set(a.clock.Now());
+  later.clock.Set(a.clock.Now());
+  cold.next_error = absl::UnavailableError("backend down");
+  EXPECT_EQ(cold.cache->Get("k").value_or(""), "k#1");
+  EXPECT_EQ(cold.loads, 1);
+  EXPECT_EQ(cold.cache->stats().stale_fallbacks, 1u);
+  // Remembered here for error_ttl, with the value beside the error.
+  EXPECT_EQ(cold.cache->Get("k").value_or(""), "k#1");
+  EXPECT_EQ(cold.loads, 1);
+  // The tier keeps the value, and the lease went back.
+  ASSERT_TRUE(tier_->record("k").has_value());
+  EXPECT_EQ(tier_->record("k")->value.value_or(""), "k#1");
+  later.next_error = absl::UnavailableError("backend down");
+  EXPECT_EQ(later.cache->Get("k").value_or(""), "k#1");
+  EXPECT_EQ(later.loads, 1);
+  // Past stale_if_error the failure is the answer.
+  Advance(absl::Seconds(30), cold);
+  EXPECT_EQ(cold.cache->Get("k").status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(FleetTest, AColdPodsAsyncLoaderThatFailsWithinStaleIfErrorToo) {
+  const SoftTtl policy{.stale_for = absl::Seconds(5),
+                       .stale_if_error = absl::Seconds(30)};
+  Options options{.error_ttl = absl::Seconds(5)};
+  Pod<SoftTtl> a(tier_, &fleet_loads_, absl::ZeroDuration(), policy, options);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(16), a);
+  ManualClock clock(a.clock.Now());
+  ManualExecutor executor;
+  int loads = 0;
+  Cache<std::string, std::string, SoftTtl> cold(
+      Cache<std::string, std::string, SoftTtl>::AsyncLoader(
+          [&loads](const std::string&, Completion<std::string> done) {
+            ++loads;
+            std::move(done)(absl::UnavailableError("backend down"));
+          }),
+      Options{.ttl = absl::Seconds(10),
+              .clock = &clock,
+              .executor = &executor,
+              .error_ttl = absl::Seconds(5),
+              .shared = tier_},
+      policy);
+  std::optional<absl::StatusOr<std::string>> got;
+  cold.GetAsync("k", [&](absl::StatusOr<std::string> v) { got = v; });
+  EXPECT_EQ(executor.RunAll(), 1u);  // With a tier, the load is a task.
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->value_or(""), "k#1");
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(tier_->record("k")->value.value_or(""), "k#1");
+}
+
+// The same failure once the fleet's value is past stale_if_error (or without
+// one, as here): the error is the key's answer, which the fleet remembers.
 TEST_F(FleetTest, AnErrorIsRememberedFleetWide) {
   Options options{.error_ttl = absl::Seconds(5)};
   Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),

@@ -319,6 +319,9 @@ class Cache {
     std::optional<Lifetime> lifetime = {};  // The schedule written to the tier.
     std::string version = {};               // The tier's name for the value.
     bool lease_lost = false;  // The fill lost its lease: store none.
+    // The lease was granted over a record whose value still stands in for
+    // errors: a failure is not filled over it (see KeepTierStandIn).
+    bool tier_stands_in = false;
     // On failure, stand in with a value the policy still keeps (as for a
     // caller whose wait timed out), not only one it serves on errors.
     bool stale_until_keep = false;
@@ -554,6 +557,14 @@ class Cache {
   Outcome ServeStaleAndRefresh(Load& load, const std::string& key_bytes,
                                const SharedLookup& lookup,
                                absl::StatusOr<V> stale, int64_t now);
+  // With the lease granted over `record`, past the policy's stale window but
+  // within its serve_on_error_for, and no value here: stores the record's
+  // value as this process's copy before the load runs, so that a failed
+  // load stands in with it as one with a copy of its own does. Sets
+  // `load.tier_stands_in` if the record stands in. Never throws: a copy
+  // that cannot be made (decoding, allocation) only means no stand-in.
+  void KeepTierStandIn(Load& load, const SharedRecord& record,
+                       int64_t now) noexcept;
   // Writes a load's result to the shared tier under `lease_token` (an
   // error only if it is a `verdict`, see FinishLoad).
   void FillTier(Load& load, const std::string& key_bytes,
@@ -904,6 +915,7 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
         tier(with_lease ? cache->options_.shared : nullptr) {
     load.caller_waits = from.caller_waits;
     load.stale_until_keep = from.stale_until_keep;
+    load.tier_stands_in = from.tier_stands_in;
     load.delivery = from.delivery;
   }
 
@@ -1945,6 +1957,9 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
         }
         recorder_.SharedError();  // Undecodable: this load replaces it.
       }
+      if (lookup.record.has_value() && lookup.record->value.ok()) {
+        KeepTierStandIn(load, *lookup.record, now);
+      }
       return LoadHere(load, &key_bytes, &lookup.lease_token);
     }
     const bool held_elsewhere =
@@ -2092,17 +2107,18 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
     } else if (options_.error_ttl > absl::ZeroDuration() && verdict &&
-               load.kind != LoadKind::kRefresh) {
+               load.kind != LoadKind::kRefresh && !load.tier_stands_in) {
       fill = SharedFill{.value = result.status(),
                         .keep_for = options_.error_ttl,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
     } else {
       // Not remembered: the next asker may load at once. Nor is an error of
-      // this process's own (not a verdict), nor a failed refresh's error,
-      // which would replace the record being refreshed: still the fleet's
-      // value, which every process may serve stale (this one keeps its copy
-      // and remembers the error itself).
+      // this process's own (not a verdict), nor the error of a refresh or
+      // of a load over a record that still stands in for errors, which
+      // would replace that record: still the fleet's value, which every
+      // process may serve stale (this one keeps its copy and remembers the
+      // error itself).
       if (!tier_->Release(key_bytes, lease_token).ok()) {
         recorder_.SharedError();
       }
@@ -2133,6 +2149,38 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
   } else {
     load.version = std::move(fill.version);
   }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
+                                           const SharedRecord& record,
+                                           int64_t now) noexcept {
+  if (record.age >= record.serve_on_error_for) return;
+  load.tier_stands_in = true;
+  Shard& shard = ShardFor(load.hash);
+  internal::EpochGuard guard;
+  // Destroyed after the lock, if not stored.
+  std::unique_ptr<Entry> fresh;
+  size_t evicted = 0;
+  try {
+    Entry* current = shard.Find(load.hash, load.key, eq_);
+    if (current != nullptr && current->has_value()) return;  // Its own does.
+    std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
+    if (!value.has_value() || !value->ok()) return;  // Nothing to stand in.
+    fresh = EntryFromTier(load.key, load.hash, **std::move(value), record, now);
+    value.reset();
+    Writer w(shard);
+    if (shard.Find(load.hash, load.key, eq_) != current) return;
+    // Only while this load still owns the key (no Put, no Invalidate since),
+    // and without giving up that ownership: the load stores after it.
+    if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
+                           /*drop=*/false, load.pending)) {
+      evicted = shard.Store(w, current, std::move(fresh), now);
+    }
+  } catch (...) {
+    // Eq, V's copy or an allocation threw: no stand-in; the load runs.
+  }
+  recorder_.Evicted(evicted);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
