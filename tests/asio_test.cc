@@ -5,6 +5,7 @@
 
 #include "paddock/asio.h"
 
+#include <asio/bind_allocator.hpp>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -28,6 +29,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -296,6 +298,45 @@ TEST_F(AsioTest, ANetworkingTsStrandHoldsWorkAndRunsTheHandler) {
   io.run();  // Returns only once the handler ran: it held work until then.
   opener.join();
   EXPECT_TRUE(on_strand);
+}
+
+// An allocator that refuses every allocation (a handler's arena that is
+// full): asio may use it for the post that completes the operation.
+template <typename T>
+struct RefusingAllocator {
+  using value_type = T;
+  RefusingAllocator() = default;
+  template <typename U>
+  RefusingAllocator(const RefusingAllocator<U>&) {}  // NOLINT: rebinding.
+  T* allocate(size_t) { throw std::bad_alloc(); }
+  void deallocate(T*, size_t) {}
+  template <typename U>
+  bool operator==(const RefusingAllocator<U>&) const {
+    return true;
+  }
+};
+
+TEST_F(AsioTest, AHandlerWhoseAllocatorThrowsIsStillCompletedOnce) {
+  // The post falls back to the default allocator: the handler is neither
+  // lost nor left holding the context's work (nor its cancellation slot).
+  asio::io_context io;
+  asio::cancellation_signal signal;
+  StringCache cache(Loader(), options_);
+  Outcome outcome;
+  AsyncGet(cache, "k",
+           asio::bind_cancellation_slot(
+               signal.slot(),
+               asio::bind_allocator(RefusingAllocator<void>(),
+                                    asio::bind_executor(io, [&](Result v) {
+                                      outcome.result = std::move(v);
+                                      ++outcome.completions;
+                                    }))));
+  EXPECT_EQ(executor_.RunAll(), 1u);  // The load completes the operation.
+  io.run();                           // Returns: no work is left held.
+  ASSERT_EQ(outcome.completions, 1);
+  EXPECT_EQ(**outcome.result, "k#1");
+  signal.emit(asio::cancellation_type::all);  // Nothing connected: no-op.
+  EXPECT_EQ(outcome.completions, 1);
 }
 
 TEST_F(AsioTest, APendingWaiterKeepsTheIoContextRunning) {

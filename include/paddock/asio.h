@@ -156,7 +156,7 @@ class WorkOn<Executor, false> {
 // slot; whichever calls `Complete` first posts the handler, exactly once,
 // and the later one does nothing.
 template <typename V, typename Handler>
-class AsyncGetOp {
+class AsyncGetOp : public std::enable_shared_from_this<AsyncGetOp<V, Handler>> {
  public:
   using Executor = asio::associated_executor_t<Handler>;
 
@@ -176,12 +176,22 @@ class AsyncGetOp {
   }
 
   // Posts the handler with `result` unless it was completed already.
-  // Thread-safe; from any thread.
-  void Complete(absl::StatusOr<V> result) {
+  // Thread-safe; from any thread. Never throws. The post allocates with the
+  // handler's allocator; if that throws, with the default one; the handler
+  // stays in the op until the upcall, so that no failed post destroys it
+  // uncalled (only a post that fails both ways does, out of memory).
+  void Complete(absl::StatusOr<V> result) noexcept {
     if (completed_.exchange(true, std::memory_order_acq_rel)) return;
-    asio::post(work_.executor(),
-               Upcall{std::move(*handler_), work_, std::move(result)});
-    handler_.reset();
+    result_.emplace(std::move(result));
+    try {
+      Post(asio::get_associated_allocator(*handler_));
+    } catch (...) {
+      try {
+        Post(std::allocator<void>());
+      } catch (...) {
+        // Out of memory: the handler goes with the op.
+      }
+    }
     // Only now, with this thread out of the post: until then the executor's
     // context cannot run out of work, so its owner cannot see `run()`
     // return and destroy it while the post still signals it. The op keeps
@@ -206,28 +216,37 @@ class AsyncGetOp {
     std::shared_ptr<AsyncGetOp> op_;
   };
 
-  // The posted call of the handler, on its executor, with the handler's
-  // allocator for the post's memory.
+  // The posted call of the handler, on its executor, with `Alloc` for the
+  // post's memory.
+  template <typename Alloc>
   struct Upcall {
-    using allocator_type = asio::associated_allocator_t<Handler>;
-    allocator_type get_allocator() const noexcept {
-      return asio::get_associated_allocator(handler);
-    }
+    using allocator_type = Alloc;
+    allocator_type get_allocator() const noexcept { return alloc; }
 
     void operator()() {
+      Handler handler = std::move(*op->handler_);
+      op->handler_.reset();
       // The slot's handler (which shares the op) goes before the upcall, as
       // asio requires; on this executor, so never during a signal.
       auto slot = asio::get_associated_cancellation_slot(handler);
       if (slot.is_connected()) slot.clear();
-      std::move(handler)(std::move(result));
+      std::move(handler)(*std::move(op->result_));
     }
 
-    Handler handler;
+    std::shared_ptr<AsyncGetOp> op;
     WorkOn<Executor> work;  // Until the upcall is done, on the executor.
-    absl::StatusOr<V> result;
+    Alloc alloc;
   };
 
-  std::optional<Handler> handler_;  // Until moved into the upcall.
+  template <typename Alloc>
+  void Post(const Alloc& alloc) {
+    asio::post(work_.executor(),
+               Upcall<Alloc>{this->shared_from_this(), work_, alloc});
+  }
+
+  // Until the upcall takes them: a post that fails leaves them here.
+  std::optional<Handler> handler_;
+  std::optional<absl::StatusOr<V>> result_;
   WorkOn<Executor> work_;
   std::atomic<bool> completed_{false};
 };
