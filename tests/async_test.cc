@@ -331,7 +331,7 @@ TEST_F(AsyncTest, ACallbackThatFreesTheKeyInlineLeavesTheLoadItsOwnCopy) {
   StringCache cache(Loader(), options_);
   auto request = std::make_unique<Request>(Request{.key = "k"});
   int answered = 0;
-  cache.GetAsync(request->key, [&](absl::StatusOr<std::string>) {
+  cache.GetAsync(request->key, [&](const absl::StatusOr<std::string>&) {
     ++answered;
     request->key = "reused";
     request.reset();
@@ -554,7 +554,7 @@ TEST_F(AsyncTest, AnAsyncLoaderGetsItsOwnKeyAfterTheCallbackFreedTheCallers) {
   PendingLoads pending;
   StringCache cache(pending.Loader(), options_);
   auto request = std::make_unique<Request>(Request{.key = "k"});
-  cache.GetAsync(request->key, [&](absl::StatusOr<std::string>) {
+  cache.GetAsync(request->key, [&](const absl::StatusOr<std::string>&) {
     request->key = "reused";
     request.reset();
   });

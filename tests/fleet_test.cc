@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -342,7 +343,8 @@ TEST_F(FleetTest, AColdPodsAsyncLoaderThatFailsWithinStaleIfErrorToo) {
               .shared = tier_},
       policy);
   std::optional<absl::StatusOr<std::string>> got;
-  cold.GetAsync("k", [&](absl::StatusOr<std::string> v) { got = v; });
+  cold.GetAsync("k",
+                [&](absl::StatusOr<std::string> v) { got = std::move(v); });
   EXPECT_EQ(executor.RunAll(), 1u);  // With a tier, the load is a task.
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->value_or(""), "k#1");

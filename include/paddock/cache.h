@@ -2165,10 +2165,12 @@ void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
   try {
     Entry* current = shard.Find(load.hash, load.key, eq_);
     if (current != nullptr && current->has_value()) return;  // Its own does.
-    std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
-    if (!value.has_value() || !value->ok()) return;  // Nothing to stand in.
-    fresh = EntryFromTier(load.key, load.hash, **std::move(value), record, now);
-    value.reset();
+    {  // The decoded value (moved from) is destroyed before the lock.
+      std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
+      if (!value.has_value() || !value->ok()) return;  // None to stand in.
+      fresh =
+          EntryFromTier(load.key, load.hash, **std::move(value), record, now);
+    }
     Writer w(shard);
     if (shard.Find(load.hash, load.key, eq_) != current) return;
     // Only while this load still owns the key (no Put, no Invalidate since),
