@@ -359,6 +359,26 @@ TEST_F(AsyncTest, DestroyingTheCacheCancelsEveryPendingWaiterOnce) {
   EXPECT_EQ(loads_, 0);
 }
 
+TEST_F(AsyncTest, ACallbackThatAsksAgainWhileTheCacheIsDestroyedIsAnswered) {
+  // A coroutine resumed with Cancelled by ~Cache may ask the cache once more
+  // before it notices: it is answered at once, not left waiting forever.
+  Results results;
+  std::optional<StringCache> cache;
+  cache.emplace(Loader(), options_);
+  ASSERT_EQ(*cache->Get("hot"), "hot#1");
+  cache->GetAsync("k", [&](const absl::StatusOr<std::string>& first) {
+    EXPECT_EQ(first.status().code(), absl::StatusCode::kCancelled);
+    cache->GetAsync("hot", results.Callback());
+    cache->GetAsync("cold", results.Callback());
+  });
+  cache.reset();
+  executor_.RunAll();  // The queued loads find the cache gone.
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(*results.results()[0], "hot#1");
+  EXPECT_EQ(results.results()[1].status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(loads_, 1);
+}
+
 TEST_F(AsyncTest, DestroyingTheCacheDropsALoadStillWaitingForASlot) {
   // One load slot, held by a running load; a second key's load waits for it
   // on another pool thread when ~Cache begins. That load is queued work: it

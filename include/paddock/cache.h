@@ -131,7 +131,9 @@ class Cache {
   // is inside a method. Every `GetAsync` callback still pending is called
   // once, with `absl::CancelledError`, before it returns, and none runs
   // after it; a completion of an asynchronous loader called later is
-  // ignored.
+  // ignored. A `GetAsync` (or `Await`) that such a callback starts, as a
+  // coroutine resumed there may, is answered at once: with a value at hand,
+  // else with `absl::CancelledError`.
   ~Cache();
 
   Cache(const Cache&) = delete;
@@ -1229,6 +1231,16 @@ typename Cache<K, V, P, H, E>::Awaiter Cache<K, V, P, H, E>::Await(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
                                         Callback done) {
+  if (lifeline_->closing()) [[unlikely]] {
+    // Asked from a callback ~Cache runs: no load, and no waiter, would ever
+    // answer (the destructor has cancelled every waiter it holds).
+    try {
+      std::move(done)(absl::CancelledError("paddock: cache destroyed"));
+    } catch (...) {
+      // Documented: a callback's exception is dropped.
+    }
+    return;
+  }
   // An asynchronous loader with nothing to block on starts at once, here;
   // anything else that may block (a blocking loader, a wait for a load
   // slot, the shared tier) runs on the executor.
