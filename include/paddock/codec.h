@@ -24,6 +24,7 @@
 #include <charconv>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -33,6 +34,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "paddock/internal/subnormal.h"
 
 namespace paddock {
 
@@ -86,6 +89,13 @@ requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) struct Codec<T> {
     T t{};
     const char* const end = bytes.data() + bytes.size();
     const auto [ptr, ec] = std::from_chars(bytes.data(), end, t);
+    if constexpr (std::is_same_v<T, long double>) {
+      if (ec == std::errc::result_out_of_range && ptr == end) {
+        const std::optional<long double> subnormal =
+            internal::ParseSubnormalLongDouble(bytes);
+        if (subnormal.has_value()) return *subnormal;
+      }
+    }
     if (bytes.empty() || ec != std::errc() || ptr != end) {
       // Debian's abseil has its own string_view type: convert explicitly.
       const std::string_view shown = bytes.substr(0, 32);
@@ -104,8 +114,11 @@ class StringifySink {
  public:
   void Append(std::string_view s) { out_.append(s); }
   void Append(size_t count, char c) { out_.append(count, c); }
-  friend void AbslFormatFlush(StringifySink* sink, std::string_view s) {
-    sink->out_.append(s);
+  // What `absl::Format(&sink, ...)` writes through. It takes absl's own
+  // string_view: absl::Format looks for that signature, and Debian's abseil
+  // does not make it std::string_view.
+  friend void AbslFormatFlush(StringifySink* sink, absl::string_view s) {
+    sink->out_.append(s.data(), s.size());
   }
   std::string&& Take() && { return std::move(out_); }
 
