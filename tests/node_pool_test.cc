@@ -47,6 +47,23 @@ TEST(NodePoolTest, AThreadKeepsAtMostMaxCachedBlocks) {
   Pool::Release();
 }
 
+TEST(NodePoolTest, AThreadHoldsAtMost128KiBWhateverTheBlocksSize) {
+  using Large = NodePool<48 * 1024, 16>;
+  using Huge = NodePool<1024 * 1024, 16>;
+  static_assert(Large::kMaxCached * 48 * 1024 <= 128 * 1024);
+  static_assert(Huge::kMaxCached == 0);
+  void* a = Huge::Allocate();
+  void* b = Huge::Allocate();
+  Huge::Free(a);
+  Huge::Free(b);
+  EXPECT_EQ(Huge::cached(), 0u);  // Both went back to the allocator.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(Large::Allocate());
+  for (void* p : blocks) Large::Free(p);
+  EXPECT_LE(Large::cached(), 2u);
+  Large::Release();
+}
+
 TEST(NodePoolTest, BlocksFreedOnAnotherThreadGoToThatThreadsList) {
   Pool::Release();
   std::vector<void*> blocks;

@@ -16,7 +16,6 @@
 #ifndef PADDOCK_INTERNAL_NODE_POOL_H_
 #define PADDOCK_INTERNAL_NODE_POOL_H_
 
-#include <algorithm>
 #include <cstddef>
 #include <new>
 
@@ -43,9 +42,9 @@ class NodePool {
   // epoch advance frees what every thread retired in its interval, on the
   // thread that ran it (about 1,200 entries in a two-thread ReadWrite run;
   // with 64 KiB a fifth of them went to free() while the other thread's pool
-  // ran dry and called malloc: 5 % of the run, docs/benchmarks.md).
-  static constexpr size_t kMaxCached =
-      std::max<size_t>(size_t{128} * 1024 / kSize, 16);
+  // ran dry and called malloc: 5 % of the run, docs/benchmarks.md). None for
+  // entries over 128 KiB: a thread never holds more than that.
+  static constexpr size_t kMaxCached = size_t{128} * 1024 / kSize;
 
   // A block of kSize bytes aligned to kAlign. May throw std::bad_alloc.
   static void* Allocate() {
