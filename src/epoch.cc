@@ -3,6 +3,7 @@
 #include "paddock/internal/epoch.h"
 
 #include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -184,26 +186,37 @@ struct RetireBuffer {
 thread_local bool buffer_destroyed = false;
 thread_local RetireBuffer buffer;
 
-// Set once the calling thread's RecordOwner is destroyed: a record acquired
-// after that (by a later thread_local destructor) is never handed back.
-thread_local bool owner_destroyed = false;
-
-// Releases the calling thread's record when the thread exits.
-struct RecordOwner {
-  ThreadRecord* record = nullptr;
-  ThreadRecord** cache = nullptr;
-  ~RecordOwner() {
-    owner_destroyed = true;
-    if (record == nullptr ||
-        record->state.load(std::memory_order_relaxed) != 0) {
-      return;  // Inside a guard: the record stays announced, never reused.
-    }
-    // Later guards on this thread must acquire a record of their own.
-    *cache = nullptr;
-    MutexLock lock(&registry_mu);
-    record->in_use.store(false, std::memory_order_release);
+// Releases the calling thread's record when the thread exits. A pthread key's
+// destructor, not a thread_local's: glibc runs those after every C++
+// thread_local destructor, so a thread_local whose destructor uses a cache
+// (constructed before the thread's first guard, so destroyed after any
+// owner object of ours) releases the record it takes too, instead of leaking
+// one record per thread. Taking a record again in a later key's destructor
+// sets the key again, and glibc then calls this once more.
+void ReleaseRecordAtThreadExit(void* p) {
+  ThreadRecord* record = static_cast<ThreadRecord*>(p);
+  if (record->state.load(std::memory_order_relaxed) != 0) {
+    return;  // Inside a guard: the record stays announced, never reused.
   }
-};
+  // Later guards on this thread must acquire a record of their own.
+  ThreadRecordSlot() = nullptr;
+  MutexLock lock(&registry_mu);
+  record->in_use.store(false, std::memory_order_release);
+}
+
+// The key whose destructor releases records; nullopt if none could be made
+// (all PTHREAD_KEYS_MAX taken): records are then kept for good.
+const std::optional<pthread_key_t>& RecordKey() {
+  static const std::optional<pthread_key_t> key =
+      []() -> std::optional<pthread_key_t> {
+    pthread_key_t k;
+    if (pthread_key_create(&k, &ReleaseRecordAtThreadExit) != 0) {
+      return std::nullopt;
+    }
+    return k;
+  }();
+  return key;
+}
 
 // Tries to move the global epoch forward; on success returns the objects that
 // became safe to free. Holds advance_mu, which it waits for if `wait`, or
@@ -241,6 +254,43 @@ std::vector<Retired> Advance(bool wait) ABSL_LOCKS_EXCLUDED(retire_mu) {
   }
   advance_mu.Unlock();
   return freeable;
+}
+
+// fork(): the child has only the thread that forked. The handlers hold every
+// lock of this file across the fork, so the child finds none held by a
+// thread it does not have, and the child releases the records of those
+// threads: one left inside a guard (a reader copying a value as another
+// thread forks) would otherwise block every advance in the child, and
+// nothing the child retires would be freed. What those threads had buffered
+// is left unfreed (at most kRetireBatch - 1 objects each).
+void LockAllForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // The order Advance takes them in; registry_mu nests under none.
+  advance_mu.Lock();
+  retire_mu.Lock();
+  registry_mu.Lock();
+}
+
+void UnlockAllAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  registry_mu.Unlock();
+  retire_mu.Unlock();
+  advance_mu.Unlock();
+}
+
+void ReleaseOtherThreadsRecordsInChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const ThreadRecord* const mine = ThreadRecordSlot();
+  for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
+       r != nullptr; r = r->next) {
+    if (r == mine) continue;
+    r->state.store(0, std::memory_order_relaxed);
+    r->in_use.store(false, std::memory_order_relaxed);
+  }
+  UnlockAllAfterFork();
+}
+
+void RegisterForkHandlersOnce() {
+  static const int registered = pthread_atfork(
+      &LockAllForFork, &UnlockAllAfterFork, &ReleaseOtherThreadsRecordsInChild);
+  (void)registered;
 }
 
 size_t Free(std::vector<Retired>& objects) {
@@ -312,8 +362,9 @@ void SimulateMembarrierFailureForTest() {
   fail_membarrier_for_test.store(true);
 }
 
-ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
+ThreadRecord* AcquireThreadRecord() {
   InitAsymmetricFenceOnce();
+  RegisterForkHandlersOnce();
   ThreadRecord* record = nullptr;
   {
     MutexLock lock(&registry_mu);
@@ -336,11 +387,7 @@ ThreadRecord* AcquireThreadRecord(ThreadRecord** cache) {
     }
     record->in_use.store(true, std::memory_order_relaxed);
   }
-  if (!owner_destroyed) {
-    static thread_local RecordOwner owner;
-    owner.record = record;
-    owner.cache = cache;
-  }
+  if (RecordKey().has_value()) pthread_setspecific(*RecordKey(), record);
   return record;
 }
 

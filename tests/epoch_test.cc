@@ -3,6 +3,9 @@
 
 #include "paddock/internal/epoch.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "sanitizers.h"
 
 namespace paddock::internal {
 namespace {
@@ -260,6 +264,63 @@ TEST(EpochTest, AGuardInAThreadLocalDestructorUsesARecordTheThreadStillOwns) {
     EpochGuard guard;
   }).join();
   EXPECT_TRUE(record_owned.load());
+}
+
+// A thread-local object constructed before its thread's first guard, so
+// destroyed after whatever the first guard set up, whose destructor uses a
+// cache (a per-thread handle that flushes at exit).
+struct FirstGuardAtThreadExit {
+  ~FirstGuardAtThreadExit() {
+    if (used) EpochGuard guard;
+  }
+  bool used = false;
+};
+
+TEST(EpochTest, ARecordTakenByALateThreadLocalDestructorIsReleasedToo) {
+  CurrentThreadRecord();
+  std::vector<uint32_t> indices;
+  for (int t = 0; t < 100; ++t) {
+    std::thread([] {
+      thread_local FirstGuardAtThreadExit at_exit;
+      at_exit.used = true;
+      EpochGuard guard;
+    }).join();
+    uint32_t index = 0;
+    std::thread([&] { index = CurrentThreadRecord()->index; }).join();
+    indices.push_back(index);
+  }
+  // With records leaked, one per thread above, indices would pass 100.
+  EXPECT_LT(*std::max_element(indices.begin(), indices.end()), 16u);
+}
+
+// A pre-fork server: a thread of the parent is reading (inside a guard) at
+// the moment another forks. In the child that thread does not exist; if its
+// record still announced the old epoch, no advance would pass and nothing
+// the child retired would ever be freed.
+TEST(EpochTest, AChildForkedWhileAnotherThreadReadsStillReclaims) {
+  if (PADDOCK_TEST_TSAN) GTEST_SKIP() << "fork() of a threaded process";
+  GuardOnAnotherThread reader;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<bool> freed{false};
+    RetireObject(new Tracked(&freed));
+    for (int i = 0; i < 10'000; ++i) RetireObject(new int(i));
+    ReclaimRepeatedly();
+    _exit(freed.load() && PendingRetirements() == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's retirements were not freed";
+  // The parent's reader is still inside its guard: nothing changed here.
+  std::atomic<bool> freed{false};
+  RetireObject(new Tracked(&freed));
+  ReclaimRepeatedly();
+  EXPECT_FALSE(freed.load());
+  reader.Release();
+  ReclaimRepeatedly();
+  EXPECT_TRUE(freed.load());
 }
 
 // A shared object readers look at; its deleter only marks it, so a reader

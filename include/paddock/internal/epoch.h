@@ -47,15 +47,16 @@ struct alignas(64) ThreadRecord {
   ThreadRecord* next = nullptr;  // Immutable once published.
 };
 
-// Returns the calling thread's record, registering the thread on first use.
-// `cache` is the caller's thread-local pointer to it, cleared when the thread
-// releases the record at exit.
-ThreadRecord* AcquireThreadRecord(ThreadRecord** cache);
+// Returns a record for the calling thread, registering the thread on first
+// use. The caller keeps it in ThreadRecordSlot(), which the release at thread
+// exit clears.
+ThreadRecord* AcquireThreadRecord();
 
 // The calling thread's cached record pointer; null until its first use.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord*& ThreadRecordSlot() {
-  // A trivially destructible thread_local: access needs no init guard. The
-  // record is released by a separate owner object on thread exit.
+  // A trivially destructible thread_local: access needs no init guard, and
+  // it is usable to the end of thread exit. The record is released by a
+  // pthread key's destructor (epoch.cc).
   static thread_local ThreadRecord* record = nullptr;
   return record;
 }
@@ -69,7 +70,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord* ThreadRecordIfAny() {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline ThreadRecord* CurrentThreadRecord() {
   ThreadRecord*& record = ThreadRecordSlot();
   if (record == nullptr) [[unlikely]] {
-    record = AcquireThreadRecord(&record);
+    record = AcquireThreadRecord();
   }
   return record;
 }
