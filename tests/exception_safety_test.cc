@@ -111,6 +111,27 @@ TEST(ExceptionSafety, FailingToAllocateTheEntryFailsThatLoadOnly) {
   EXPECT_EQ(loads, 2);
 }
 
+// InvalidateAll drops a shard's loads, then its entries: out of memory
+// between the two (it gathered the entries in a vector) it threw with the
+// loads gone and the entries still served.
+TEST(ExceptionSafety, InvalidateAllNeedsNoMemory) {
+  if (PADDOCK_TEST_TSAN) GTEST_SKIP() << "no operator new of ours under TSan";
+  ManualClock clock;
+  Options options = TestOptions(&clock);
+  options.shards = 1;
+  StringCache cache(
+      [](const std::string& k) -> absl::StatusOr<std::string> { return k; },
+      options);
+  constexpr size_t kEntries = 37;  // A size nothing else here allocates.
+  for (size_t i = 0; i < kEntries; ++i) cache.Put(absl::StrCat(i), "v");
+  ASSERT_EQ(cache.size(), kEntries);
+  fail_next_allocation_of = kEntries * sizeof(void*);
+  EXPECT_NO_THROW(cache.InvalidateAll());
+  fail_next_allocation_of = 0;
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.GetIfPresent("0"), std::nullopt);
+}
+
 // Retiring runs in destructors, after a writer has changed the table: when
 // the global retire lists cannot grow, the objects are leaked and counted,
 // and the process goes on (std::terminate before).

@@ -327,12 +327,11 @@ class alignas(64) Shard {
     w.retired_.Add(n);
   }
 
-  // Unlinks every entry.
+  // Unlinks every entry. Never throws: it walks SIEVE's list, which links
+  // every entry of the table, so it needs no allocation (InvalidateAll,
+  // which has dropped the shard's loads by then, cannot stop half-way).
   void UnlinkAll(Writer& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<Node*> nodes;
-    nodes.reserve(table_.size());
-    table_.ForEach([&](Node* n) { nodes.push_back(n); });
-    for (Node* n : nodes) Unlink(w, n);
+    while (Node* n = sieve_.oldest()) Unlink(w, n);
   }
 
  private:
