@@ -9,11 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -128,6 +131,9 @@ uint32_t next_index ABSL_GUARDED_BY(registry_mu) = 0;
 
 constinit Mutex retire_mu;
 size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
+// How many objects the three lists hold; changed under retire_mu, read
+// without it by the idle reclaimer's handshake (seq_cst, see ArmIdle).
+std::atomic<size_t> waiting_in_lists{0};
 // Retirements dropped because their list could not grow (see AddLocked).
 size_t retirements_leaked ABSL_GUARDED_BY(retire_mu) = 0;
 // SystemClock::NowNanos() at the last try to advance; written under
@@ -251,46 +257,10 @@ std::vector<Retired> Advance(bool wait) ABSL_LOCKS_EXCLUDED(retire_mu) {
     // Every active guard now announced `epoch`, so nothing retired at
     // `epoch - 1` or earlier is reachable: that is bucket (next + 1) % 3.
     freeable = std::exchange(RetiredLists()[(next + 1) % 3], {});
+    waiting_in_lists.fetch_sub(freeable.size(), std::memory_order_seq_cst);
   }
   advance_mu.Unlock();
   return freeable;
-}
-
-// fork(): the child has only the thread that forked. The handlers hold every
-// lock of this file across the fork, so the child finds none held by a
-// thread it does not have, and the child releases the records of those
-// threads: one left inside a guard (a reader copying a value as another
-// thread forks) would otherwise block every advance in the child, and
-// nothing the child retires would be freed. What those threads had buffered
-// is left unfreed (at most kRetireBatch - 1 objects each).
-void LockAllForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  // The order Advance takes them in; registry_mu nests under none.
-  advance_mu.Lock();
-  retire_mu.Lock();
-  registry_mu.Lock();
-}
-
-void UnlockAllAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  registry_mu.Unlock();
-  retire_mu.Unlock();
-  advance_mu.Unlock();
-}
-
-void ReleaseOtherThreadsRecordsInChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const ThreadRecord* const mine = ThreadRecordSlot();
-  for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
-       r != nullptr; r = r->next) {
-    if (r == mine) continue;
-    r->state.store(0, std::memory_order_relaxed);
-    r->in_use.store(false, std::memory_order_relaxed);
-  }
-  UnlockAllAfterFork();
-}
-
-void RegisterForkHandlersOnce() {
-  static const int registered = pthread_atfork(
-      &LockAllForFork, &UnlockAllAfterFork, &ReleaseOtherThreadsRecordsInChild);
-  (void)registered;
 }
 
 size_t Free(std::vector<Retired>& objects) {
@@ -316,6 +286,7 @@ bool AddLocked(const Retired* items, size_t n)
     return false;
   }
   retired_since_advance += n;
+  waiting_in_lists.fetch_add(n, std::memory_order_seq_cst);
   if (retired_since_advance < kAdvanceEvery) return false;
   // Past kAdvanceAlways the interval is waived, unless the last try was
   // blocked by a guard: trying again at once would not pass it (a reader
@@ -328,6 +299,142 @@ bool AddLocked(const Retired* items, size_t n)
              kMinAdvanceIntervalNanos;
 }
 
+// The idle reclaimer. Retirements advance the epoch only once 128 wait, so
+// when writes stop (a few large values replaced, then quiet) what waits
+// would wait for good, whatever its size. A thread of the process's own,
+// started at the first retirement that does not advance, tries an advance
+// every kIdleIntervalNanos while anything waits, and sleeps otherwise. Under
+// load retirements advance on their own and it finds nothing to do. What a
+// thread still buffers (at most kRetireBatch - 1) it cannot reach.
+constexpr int64_t kIdleIntervalNanos = 10'000'000;
+// After a try a guard blocked (a reader preempted in its guard, or a user
+// destructor run inside one): each try costs a process-wide barrier.
+constexpr int64_t kIdleBlockedIntervalNanos = 100'000'000;
+
+void FlushBuffer();
+
+struct Idle {
+  std::mutex mu;
+  std::condition_variable wake;
+  bool running = false;            // Guarded by mu: the thread exists.
+  bool wanted = false;             // Guarded by mu: something waits.
+  int64_t next_start_attempt = 0;  // Guarded by mu.
+};
+// Never destroyed: the detached thread may wait on it during exit.
+Idle& IdleState() {
+  static Idle* const idle = new Idle;
+  return *idle;
+}
+// Whether the reclaimer has been told that something waits; cleared by it
+// once the lists are empty. Spares retirements the mutex.
+std::atomic<bool> idle_armed{false};
+
+void IdleReclaimerLoop() {
+  Idle& idle = IdleState();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(idle.mu);
+      idle.wake.wait(lock, [&] { return idle.wanted; });
+    }
+    const int64_t interval =
+        last_advance_blocked.load(std::memory_order_relaxed)
+            ? kIdleBlockedIntervalNanos
+            : kIdleIntervalNanos;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(interval));
+    if (SystemClock::NowNanos() -
+            last_advance_try_nanos.load(std::memory_order_relaxed) >=
+        interval) {
+      std::vector<Retired> freeable = Advance(/*wait=*/false);
+      Free(freeable);
+      // A deleter may have retired (a value that owns a cache).
+      FlushBuffer();
+    }
+    // Disarm, then look: a retirement that files objects after this load
+    // finds the flag cleared and arms again (both seq_cst: one of the two
+    // sees the other's write).
+    idle_armed.store(false, std::memory_order_seq_cst);
+    if (waiting_in_lists.load(std::memory_order_seq_cst) != 0) {
+      idle_armed.store(true, std::memory_order_seq_cst);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(idle.mu);
+    if (!idle_armed.load(std::memory_order_relaxed)) idle.wanted = false;
+  }
+}
+
+void ArmIdleReclaimer() {
+  if (idle_armed.load(std::memory_order_seq_cst) ||
+      waiting_in_lists.load(std::memory_order_relaxed) == 0) {
+    return;
+  }
+  Idle& idle = IdleState();
+  std::lock_guard<std::mutex> lock(idle.mu);
+  if (!idle.running) {
+    const int64_t now = SystemClock::NowNanos();
+    if (now < idle.next_start_attempt) return;
+    try {
+      std::thread(IdleReclaimerLoop).detach();
+    } catch (const std::exception&) {
+      // No thread (EAGAIN): retirements still advance by count; try again
+      // in a second.
+      idle.next_start_attempt = now + 1'000'000'000;
+      return;
+    }
+    idle.running = true;
+  }
+  idle_armed.store(true, std::memory_order_seq_cst);
+  idle.wanted = true;
+  idle.wake.notify_one();
+}
+
+// fork(): the child has only the thread that forked. The handlers hold every
+// lock of this file across the fork, so the child finds none held by a
+// thread it does not have, and the child releases the records of those
+// threads: one left inside a guard (a reader copying a value as another
+// thread forks) would otherwise block every advance in the child, and
+// nothing the child retires would be freed. What those threads had buffered
+// is left unfreed (at most kRetireBatch - 1 objects each).
+void LockAllForFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // The order Advance takes them in; registry_mu nests under none.
+  advance_mu.Lock();
+  retire_mu.Lock();
+  registry_mu.Lock();
+  IdleState().mu.lock();  // Taken with no other lock held.
+}
+
+void UnlockAllAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  IdleState().mu.unlock();
+  registry_mu.Unlock();
+  retire_mu.Unlock();
+  advance_mu.Unlock();
+}
+
+void ReleaseOtherThreadsRecordsInChild() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const ThreadRecord* const mine = ThreadRecordSlot();
+  for (ThreadRecord* r = records_head.load(std::memory_order_acquire);
+       r != nullptr; r = r->next) {
+    if (r == mine) continue;
+    r->state.store(0, std::memory_order_relaxed);
+    r->in_use.store(false, std::memory_order_relaxed);
+  }
+  // Nor has it the idle reclaimer: the next retirement that waits starts
+  // one. Its condition variable may still count the parent's thread as a
+  // waiter.
+  Idle& idle = IdleState();
+  idle.running = false;
+  idle.wanted = false;
+  idle.next_start_attempt = 0;
+  idle_armed.store(false, std::memory_order_relaxed);
+  new (&idle.wake) std::condition_variable;
+  UnlockAllAfterFork();
+}
+
+void RegisterForkHandlersOnce() {
+  static const int registered = pthread_atfork(
+      &LockAllForFork, &UnlockAllAfterFork, &ReleaseOtherThreadsRecordsInChild);
+  (void)registered;
+}
+
 // Hands the calling thread's buffered retirements to the global lists and
 // frees what that makes safe. The lock is held only to move pointers.
 void FlushBuffer() {
@@ -338,7 +445,10 @@ void FlushBuffer() {
     advance = AddLocked(buffer.items, buffer.size);
     buffer.size = 0;
   }
-  if (!advance) return;
+  if (!advance) {
+    ArmIdleReclaimer();
+    return;
+  }
   std::vector<Retired> freeable = Advance(/*wait=*/false);
   // Deleters run user destructors: never under our lock. One may retire
   // again; the buffer is empty by then.
@@ -403,7 +513,10 @@ void Retire(void* p, void (*deleter)(void*)) {
     MutexLock lock(&retire_mu);
     advance = AddLocked(&r, 1);
   }
-  if (!advance) return;
+  if (!advance) {
+    ArmIdleReclaimer();
+    return;
+  }
   std::vector<Retired> freeable = Advance(/*wait=*/false);
   Free(freeable);
 }

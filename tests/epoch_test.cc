@@ -266,6 +266,45 @@ TEST(EpochTest, AGuardInAThreadLocalDestructorUsesARecordTheThreadStillOwns) {
   EXPECT_TRUE(record_owned.load());
 }
 
+// Writes that stop (a few large values replaced, then quiet): fewer
+// retirements wait than an advance by count needs, and no thread retires
+// again. The idle reclaimer frees them. Real time: allowed 10 s, takes
+// about 30 ms.
+TEST(EpochTest, RetirementsThatStopAreFreedWithoutAnyMore) {
+  TryReclaim();
+  constexpr int kObjects = 16;  // One hand-over of a thread's buffer.
+  std::vector<std::atomic<bool>> freed(kObjects);
+  for (int i = 0; i < kObjects; ++i) RetireObject(new Tracked(&freed[i]));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::all_of(freed.begin(), freed.end(),
+                      [](const std::atomic<bool>& f) { return f.load(); }) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int i = 0; i < kObjects; ++i) EXPECT_TRUE(freed[i].load()) << i;
+  EXPECT_EQ(PendingRetirements(), 0u);
+}
+
+// ... and never while a guard that may still see them is open.
+TEST(EpochTest, TheIdleReclaimerWaitsForAReaderLikeAnyAdvance) {
+  TryReclaim();
+  GuardOnAnotherThread reader;
+  constexpr int kObjects = 16;
+  std::vector<std::atomic<bool>> freed(kObjects);
+  for (int i = 0; i < kObjects; ++i) RetireObject(new Tracked(&freed[i]));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < kObjects; ++i) EXPECT_FALSE(freed[i].load()) << i;
+  reader.Release();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!freed[kObjects - 1].load() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int i = 0; i < kObjects; ++i) EXPECT_TRUE(freed[i].load()) << i;
+}
+
 // A thread-local object constructed before its thread's first guard, so
 // destroyed after whatever the first guard set up, whose destructor uses a
 // cache (a per-thread handle that flushes at exit).

@@ -5,6 +5,7 @@
 
 #include "paddock/internal/shard.h"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,8 +22,9 @@ namespace {
 
 // Counts destructions that ran while the destroying thread held a paddock
 // mutex.
-int destroyed_under_lock = 0;
-int destroyed = 0;
+// Atomic: entries may be freed by the epoch's idle reclaimer thread.
+std::atomic<int> destroyed_under_lock{0};
+std::atomic<int> destroyed{0};
 
 struct Watched {
   explicit Watched(int v) : v(v) {}
@@ -49,7 +51,8 @@ using Node = TestShard::Node;
 class ShardTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    destroyed = destroyed_under_lock = 0;
+    destroyed = 0;
+    destroyed_under_lock = 0;
     shard_.set_capacity(3);
   }
   void TearDown() override { TryReclaim(); }
@@ -142,8 +145,8 @@ TEST_F(ShardTest, RemovedEntriesAreDestroyedOnlyAfterTheLockIsReleased) {
     TryReclaim();
   }
   TryReclaim();
-  EXPECT_GT(destroyed, 1000);
-  EXPECT_EQ(destroyed_under_lock, 0);
+  EXPECT_GT(destroyed.load(), 1000);
+  EXPECT_EQ(destroyed_under_lock.load(), 0);
 }
 
 TEST_F(ShardTest, DroppedFlightRegistrationsAreDestroyedAfterTheLock) {
@@ -177,8 +180,8 @@ TEST_F(ShardTest, DroppedFlightRegistrationsAreDestroyedAfterTheLock) {
     ShardWriter w(shard);
     shard.DropAllFlights(w);
   }
-  EXPECT_GE(destroyed, 4);  // Two keys and two outcomes, at least.
-  EXPECT_EQ(destroyed_under_lock, 0);
+  EXPECT_GE(destroyed.load(), 4);  // Two keys and two outcomes, at least.
+  EXPECT_EQ(destroyed_under_lock.load(), 0);
 }
 
 TEST_F(ShardTest, LiveFlightIgnoresDoneAndAgedFlights) {

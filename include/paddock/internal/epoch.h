@@ -147,7 +147,9 @@ class EpochGuard {
 // Thread-safe. Retirements collect in a small per-thread buffer (16) that is
 // handed to the global lists under a lock when full, at TryReclaim() and at
 // thread exit; that hand-over may free earlier retirements. So a thread that
-// stops retiring holds back at most 15 objects until it exits.
+// stops retiring holds back at most 15 objects until it exits. What waits in
+// the global lists when retirements stop is freed by an idle reclaimer
+// thread (epoch.cc), within tens of milliseconds.
 void Retire(void* p, void (*deleter)(void*));
 
 template <typename T>
