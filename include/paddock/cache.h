@@ -13,8 +13,10 @@
 //       paddock::Options{.ttl = absl::Seconds(10)});
 //   absl::StatusOr<Page> page = cache.Get("member:page:0:size:10");
 //
-// K and V must be copyable: `Get` returns a copy of the stored value (a
-// move-only V does not compile; store a `std::shared_ptr<const V>` instead).
+// K and V must be copyable (`std::copyable`: copy-constructible and
+// copy-assignable, so not const): `Get` returns a copy of the stored value
+// (a move-only or immutable V does not compile; store a
+// `std::shared_ptr<const V>` instead).
 //
 // Structure (docs/design.md): keys hash to shards (internal/shard.h). Each
 // shard has a lock-free table of immutable entries (internal/entry.h; readers
@@ -24,10 +26,12 @@
 //
 // Lifetime of values: an entry that is replaced, evicted or invalidated is
 // destroyed once no reader can still see it (epoch-based reclamation), never
-// under a cache lock, on a thread that later calls into a paddock cache or
-// at the exit of the thread that removed it, which may hold back up to 15
-// removed entries until then. Values must therefore not refer to anything
-// that dies before the last paddock-using thread exits (own it, or share it).
+// under a cache lock, on a thread that later calls into a paddock cache, on
+// paddock's reclaimer thread (once writes stop, within tens of
+// milliseconds), or at the exit of the thread that removed it, which may
+// hold back up to 15 removed entries until then. So destructors of K and V
+// must be safe on any thread, and values must not refer to anything that
+// dies before the last paddock-using thread exits (own it, or share it).
 
 #ifndef PADDOCK_CACHE_H_
 #define PADDOCK_CACHE_H_
@@ -36,6 +40,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <concepts>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -90,6 +95,15 @@ namespace paddock {
 template <typename K, typename V, RefreshPolicy Policy = SoftTtl,
           typename Hash = absl::Hash<K>, typename Eq = std::equal_to<K>>
 class Cache {
+  // Said here rather than deep inside the first member that needs it.
+  static_assert(std::copyable<K>,
+                "paddock::Cache<K, V>: K must be copyable (copy-constructible "
+                "and copy-assignable) and not const");
+  static_assert(std::copyable<V>,
+                "paddock::Cache<K, V>: V must be copyable (copy-constructible "
+                "and copy-assignable) and not const; for a value that is "
+                "not, cache a std::shared_ptr<const V>");
+
  public:
   // Produces the value for a key, or an error. Called concurrently for
   // different keys (and for one key when the policy does not coalesce), so
@@ -904,17 +918,19 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
 // it is called, on any thread, perhaps after the cache is gone.
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 struct Cache<K, V, P, H, E>::AsyncLoad {
-  AsyncLoad(Cache* cache, Load& from, const std::string* key_bytes,
-            const std::string* lease_token)
-      : cache(cache),
-        lifeline(cache->lifeline_),
+  // Parameters named apart from the members: public headers stay quiet
+  // under a user's -Wshadow.
+  AsyncLoad(Cache* owner, Load& from, const std::string* bytes,
+            const std::string* token)
+      : cache(owner),
+        lifeline(owner->lifeline_),
         key(from.key),
         load{key, from.hash, from.flight, from.kind,
              std::exchange(from.slot, 0)},
-        with_lease(lease_token != nullptr),
-        key_bytes(key_bytes != nullptr ? *key_bytes : std::string()),
-        lease_token(lease_token != nullptr ? *lease_token : std::string()),
-        tier(with_lease ? cache->options_.shared : nullptr) {
+        with_lease(token != nullptr),
+        key_bytes(bytes != nullptr ? *bytes : std::string()),
+        lease_token(token != nullptr ? *token : std::string()),
+        tier(with_lease ? owner->options_.shared : nullptr) {
     load.caller_waits = from.caller_waits;
     load.stale_until_keep = from.stale_until_keep;
     load.tier_stands_in = from.tier_stands_in;

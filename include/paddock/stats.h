@@ -18,8 +18,8 @@ namespace paddock {
 // threads use the cache is not atomic across fields: each field is exact on
 // its own, fields may disagree by the operations in progress.
 struct Stats {
-  // `Get` calls answered from a fresh stored value (or a cached error, see
-  // `negative_hits`) without waiting for a load.
+  // `Get` calls answered from a fresh stored value without waiting for a
+  // load. A cached error is not one: it counts in `negative_hits`.
   uint64_t hits = 0;
   // `Get` calls answered at once with a stale value while a refresh runs.
   uint64_t stale_hits = 0;
@@ -31,7 +31,10 @@ struct Stats {
   uint64_t load_failures = 0;
   // `Get` calls that waited on a load another caller started.
   uint64_t coalesced_waits = 0;
-  // Background refreshes started.
+  // Background refreshes started: handed to the executor. One that then
+  // finds its reserved load slot taken ends without calling the loader and
+  // counts in `refreshes_skipped` too; one the executor drops calls no
+  // loader either. `loads` counts the loader calls.
   uint64_t refreshes = 0;
   // Waits that reached `Options::wait_timeout`: for a load another caller of
   // this cache runs or, with a shared tier, for another process's fill.

@@ -126,8 +126,8 @@ struct Entry {
     NodePool<sizeof(Entry), kAddressAlignment>::Free(p);
   }
 
-  Entry(size_t hash, const K& key)
-      : hash(static_cast<uint32_t>(hash)), key(key) {}
+  Entry(size_t full_hash, const K& k)
+      : hash(static_cast<uint32_t>(full_hash)), key(k) {}
   ~Entry() {
     if (has_value_) value_.~V();
     if (has_extras_) delete Extras();

@@ -114,7 +114,8 @@ class Flight {
       // Claimed is final here: whoever claimed it completes it (or, if the
       // cache is closing, its destructor cancels it from its own list).
       size_t claimed = 0;
-      for (const auto& w : async_waiters_) claimed += w->claimed() ? 1 : 0;
+      for (const auto& w : async_waiters_)
+        claimed += w->claimed() ? size_t{1} : size_t{0};
       answered.reserve(claimed);  // Throws before anything moved.
       // In order, so that the load answers its waiters first come first.
       size_t kept = 0;

@@ -44,8 +44,8 @@ struct StatsField {
 
 inline constexpr StatsField kStatsFields[kStatsCounters] = {
     {"hits",
-     "Get calls answered from a fresh value (or a cached error) without "
-     "waiting.",
+     "Get calls answered from a fresh stored value without waiting (cached "
+     "errors count in negative_hits).",
      &Stats::hits},
     {"stale_hits",
      "Get calls answered at once with a stale value while a refresh runs.",
@@ -60,7 +60,10 @@ inline constexpr StatsField kStatsFields[kStatsCounters] = {
     {"coalesced_waits",
      "Get calls that waited on a load another caller started.",
      &Stats::coalesced_waits},
-    {"refreshes", "Background refreshes started.", &Stats::refreshes},
+    {"refreshes",
+     "Background refreshes handed to the executor (one that then finds no "
+     "load slot counts in refreshes_skipped too).",
+     &Stats::refreshes},
     {"wait_timeouts", "Waits that reached wait_timeout.",
      &Stats::wait_timeouts},
     {"evictions", "Entries removed to stay within max_entries.",
