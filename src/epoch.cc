@@ -132,7 +132,8 @@ uint32_t next_index ABSL_GUARDED_BY(registry_mu) = 0;
 constinit Mutex retire_mu;
 size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
 // How many objects the three lists hold; changed under retire_mu, read
-// without it by the idle reclaimer's handshake (seq_cst, see ArmIdle).
+// without it by the idle reclaimer's handshake (seq_cst, see
+// IdleReclaimerLoop).
 std::atomic<size_t> waiting_in_lists{0};
 // Retirements dropped because their list could not grow (see AddLocked).
 size_t retirements_leaked ABSL_GUARDED_BY(retire_mu) = 0;
