@@ -51,7 +51,10 @@ struct Options {
   Executor* executor = nullptr;
 
   // Seeds every random choice (jitter, early refresh), so a run with a fixed
-  // seed and a ManualClock repeats exactly; 0 draws a random seed.
+  // seed and a ManualClock repeats exactly; 0 draws a random seed. Each
+  // thread draws from a stream of its own (paddock/random.h), chosen by the
+  // order in which threads first used paddock: a repeat must make its calls
+  // on the same threads, started in the same order.
   uint64_t seed = 0;
 
   // How long a failed load is remembered: callers within it get the same error
