@@ -48,9 +48,11 @@ TEST(NodePoolTest, AThreadKeepsAtMostMaxCachedBlocks) {
 }
 
 TEST(NodePoolTest, AThreadHoldsAtMost128KiBWhateverTheBlocksSize) {
-  using Large = NodePool<48 * 1024, 16>;
-  using Huge = NodePool<1024 * 1024, 16>;
-  static_assert(Large::kMaxCached * 48 * 1024 <= 128 * 1024);
+  constexpr size_t kLarge = size_t{48} * 1024;
+  constexpr size_t kHuge = size_t{1024} * 1024;
+  using Large = NodePool<kLarge, 16>;
+  using Huge = NodePool<kHuge, 16>;
+  static_assert(Large::kMaxCached * kLarge <= size_t{128} * 1024);
   static_assert(Huge::kMaxCached == 0);
   void* a = Huge::Allocate();
   void* b = Huge::Allocate();

@@ -35,7 +35,8 @@ inline constexpr bool kNodePoolEnabled = true;
 
 template <size_t kSize, size_t kAlign>
 class NodePool {
-  static_assert(kSize >= sizeof(void*), "a free block holds the next link");
+  static constexpr size_t kLinkBytes = sizeof(void*);
+  static_assert(kSize >= kLinkBytes, "a free block holds the next link");
 
  public:
   // As many blocks as 128 KiB hold (2,048 entries of a uint64_t cache): an
