@@ -135,6 +135,9 @@ size_t retired_since_advance ABSL_GUARDED_BY(retire_mu) = 0;
 // without it by the idle reclaimer's handshake (seq_cst, see
 // IdleReclaimerLoop).
 std::atomic<size_t> waiting_in_lists{0};
+// Hand-overs to the lists so far: the idle reclaimer acts only after an
+// interval without any (written under retire_mu).
+std::atomic<uint64_t> handovers{0};
 // Retirements dropped because their list could not grow (see AddLocked).
 size_t retirements_leaked ABSL_GUARDED_BY(retire_mu) = 0;
 // SystemClock::NowNanos() at the last try to advance; written under
@@ -288,6 +291,8 @@ bool AddLocked(const Retired* items, size_t n)
   }
   retired_since_advance += n;
   waiting_in_lists.fetch_add(n, std::memory_order_seq_cst);
+  handovers.store(handovers.load(std::memory_order_relaxed) + 1,
+                  std::memory_order_relaxed);
   if (retired_since_advance < kAdvanceEvery) return false;
   // Past kAdvanceAlways the interval is waived, unless the last try was
   // blocked by a guard: trying again at once would not pass it (a reader
@@ -304,9 +309,11 @@ bool AddLocked(const Retired* items, size_t n)
 // when writes stop (a few large values replaced, then quiet) what waits
 // would wait for good, whatever its size. A thread of the process's own,
 // started at the first retirement that does not advance, tries an advance
-// every kIdleIntervalNanos while anything waits, and sleeps otherwise. Under
-// load retirements advance on their own and it finds nothing to do. What a
-// thread still buffers (at most kRetireBatch - 1) it cannot reach.
+// once a whole kIdleIntervalNanos passed without any hand-over while
+// anything waits, and sleeps otherwise. While retirements go on they
+// advance on their own, on the threads that retire: the entries they free go
+// back to those threads' node pools, not to this thread's. What a thread
+// still buffers (at most kRetireBatch - 1) it cannot reach.
 constexpr int64_t kIdleIntervalNanos = 10'000'000;
 // After a try a guard blocked (a reader preempted in its guard, or a user
 // destructor run inside one): each try costs a process-wide barrier.
@@ -341,10 +348,12 @@ void IdleReclaimerLoop() {
         last_advance_blocked.load(std::memory_order_relaxed)
             ? kIdleBlockedIntervalNanos
             : kIdleIntervalNanos;
+    const uint64_t handovers_before = handovers.load(std::memory_order_relaxed);
     std::this_thread::sleep_for(std::chrono::nanoseconds(interval));
-    if (SystemClock::NowNanos() -
-            last_advance_try_nanos.load(std::memory_order_relaxed) >=
-        interval) {
+    if (handovers.load(std::memory_order_relaxed) == handovers_before &&
+        SystemClock::NowNanos() -
+                last_advance_try_nanos.load(std::memory_order_relaxed) >=
+            interval) {
       std::vector<Retired> freeable = Advance(/*wait=*/false);
       Free(freeable);
       // A deleter may have retired (a value that owns a cache).
