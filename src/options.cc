@@ -20,7 +20,11 @@ absl::Status Options::Validate() const {
     return Invalid("ttl", "> 0", absl::FormatDuration(ttl));
   }
   if (max_entries == 0) return Invalid("max_entries", ">= 1", "0");
-  if (shards < 0) return Invalid("shards", ">= 0", absl::StrCat(shards));
+  static_assert(kMaxShards == 65536, "the message below");
+  if (shards < 0 || shards > kMaxShards) {
+    return Invalid("shards", "between 0 (one per CPU) and 65536",
+                   absl::StrCat(shards));
+  }
   if (wait_timeout < absl::ZeroDuration()) {
     return Invalid("wait_timeout", ">= 0", absl::FormatDuration(wait_timeout));
   }

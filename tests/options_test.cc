@@ -61,6 +61,10 @@ TEST(OptionsTest, TheMostConcurrentLoadsAllowedIsValid) {
                   .ok());
 }
 
+TEST(OptionsTest, TheMostShardsAllowedAreValid) {
+  EXPECT_TRUE(Options{.shards = Options::kMaxShards}.Validate().ok());
+}
+
 TEST(OptionsTest, TheSmallestValuesInRangeAreValid) {
   const Options options{
       .ttl = absl::Nanoseconds(1),
@@ -124,6 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidOption{"ZeroMaxEntries", Options{.max_entries = 0},
                       "max_entries", "0"},
         InvalidOption{"NegativeShards", Options{.shards = -2}, "shards", "-2"},
+        InvalidOption{"HugeShards", Options{.shards = 65537}, "shards",
+                      "65537"},
         InvalidOption{"NegativeWaitTimeout",
                       Options{.wait_timeout = absl::Milliseconds(-5)},
                       "wait_timeout", "-5ms"},

@@ -33,8 +33,11 @@ struct Options {
   size_t max_entries = 65536;
 
   // Number of independently locked shards; 0 picks one from the number of
-  // CPUs. Never more than `max_entries`.
+  // CPUs (at most 256). Never more than `max_entries`. At most `kMaxShards`:
+  // every shard is made with the cache (about 530 bytes each, so 65536 take
+  // 35 MB), and INT_MAX would be a terabyte.
   int shards = 0;
+  static constexpr int kMaxShards = 65536;
 
   // How long a caller waits for a load another caller started before it gets
   // a stale value (if one may be served) or `absl::DeadlineExceededError`. 0
