@@ -109,9 +109,13 @@ void SubscriberHub::Deliver(uint64_t skip, bool fall_back,
     try {
       callback(*entry->subscriber);
     } catch (...) {
-      // A subscriber that could not drop a key drops every copy instead.
+      // A subscriber that could not drop a key drops every copy instead,
+      // unless the callback ended its subscription before it threw: then no
+      // further callback may run (the subscriber may be gone with it).
       try {
-        if (fall_back) entry->subscriber->OnMissedInvalidations();
+        if (fall_back && entry->live.load(std::memory_order_acquire)) {
+          entry->subscriber->OnMissedInvalidations();
+        }
       } catch (...) {
       }
     }

@@ -661,6 +661,34 @@ TEST(SubscriberHubTest,
   EXPECT_EQ(other.missed, 1);
 }
 
+// A callback may end its own subscription; if it then throws, the fallback
+// notice must not reach a subscriber that may be gone with its subscription.
+TEST(SubscriberHubTest, ACallbackThatEndsItsSubscriptionThenThrowsGetsNoMore) {
+  struct EndsThenThrows : Recorder {
+    std::unique_ptr<SharedTier::Subscription> subscription;
+    int after_end = 0;
+    void OnInvalidate(std::string_view) override {
+      subscription.reset();
+      throw std::runtime_error("failed after unsubscribing");
+    }
+    void OnMissedInvalidations() override {
+      if (subscription == nullptr) ++after_end;
+    }
+  };
+  auto hub = std::make_shared<SubscriberHub>();
+  EndsThenThrows ends;
+  Recorder other;
+  ends.subscription = hub->Subscribe(&ends);
+  auto sub_other = hub->Subscribe(&other);
+  hub->DeliverInvalidate("k1", 0);
+  EXPECT_EQ(ends.after_end, 0);
+  EXPECT_EQ(hub->size(), 1u);
+  EXPECT_THAT(other.keys, ElementsAre("k1"));
+  hub->DeliverMissed();
+  EXPECT_EQ(ends.after_end, 0);
+  EXPECT_EQ(other.missed, 1);
+}
+
 TEST(SubscriberHubTest, IdsAreNonZeroAndDistinct) {
   auto hub = std::make_shared<SubscriberHub>();
   Recorder r;
