@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,7 @@ class FakeSharedTier final : public SharedTier {
                                       absl::Duration hold_for) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++lookups_;
+    if (throws_) throw std::bad_alloc();
     if (!failure_.ok()) return failure_;
     const absl::Time now = clock_->Now();
     SharedLookup answer;
@@ -82,6 +84,7 @@ class FakeSharedTier final : public SharedTier {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++fills_;
+      if (throws_) throw std::bad_alloc();
       if (!failure_.ok()) return failure_;
       auto lease = leases_.find(std::string(key));
       if (lease == leases_.end() || lease->second.token != lease_token ||
@@ -139,6 +142,7 @@ class FakeSharedTier final : public SharedTier {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++awaits_;
+      if (await_throws_) throw std::bad_alloc();
       hook = on_await_;
     }
     if (hook) hook();
@@ -160,6 +164,17 @@ class FakeSharedTier final : public SharedTier {
   void set_failure(absl::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
     failure_ = std::move(status);
+  }
+  // Lookup and Fill (or AwaitChange) throw std::bad_alloc from now on,
+  // against SharedTier's contract (a tier's own allocation failing): a cache
+  // must take that as a tier error.
+  void set_throws(bool throws) {
+    std::lock_guard<std::mutex> lock(mu_);
+    throws_ = throws;
+  }
+  void set_await_throws(bool throws) {
+    std::lock_guard<std::mutex> lock(mu_);
+    await_throws_ = throws;
   }
   void set_max_value_bytes(size_t n) { max_value_bytes_ = n; }
   // Runs `hook` whenever a cache waits for another's fill.
@@ -271,6 +286,8 @@ class FakeSharedTier final : public SharedTier {
   std::function<void()> on_await_;
   std::function<void()> before_write_;
   absl::Status failure_;
+  bool throws_ = false;
+  bool await_throws_ = false;
   uint64_t next_subscription_ = 0;
   int tokens_ = 0, versions_ = 0;
   int lookups_ = 0, fills_ = 0, releases_ = 0, awaits_ = 0;

@@ -549,6 +549,41 @@ TEST_F(FleetTest, AFailingTierIsCountedAndTheCacheLoadsOnItsOwn) {
   EXPECT_EQ(a.cache->stats().leases_acquired, 1u);
 }
 
+// SharedTier's methods never throw, but a tier's own allocation can fail: a
+// cache takes the exception as a tier error, on a refresh too (which runs
+// where an exception would end the process), and a Fill that throws leaves
+// the value stored locally.
+TEST_F(FleetTest, ATierThatThrowsIsATierErrorAndTheCacheLoadsOnItsOwn) {
+  Pod<SoftTtl> a(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  tier_->set_throws(true);
+  EXPECT_EQ(*a.cache->Get("cold"), "cold#2");  // Lookup throws.
+  Advance(absl::Seconds(11), a);
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");  // Stale; a refresh is queued.
+  EXPECT_EQ(a.executor.RunAll(), 1u);
+  EXPECT_EQ(*a.cache->Get("k"), "k#3");
+  EXPECT_EQ(a.cache->stats().shared_errors, 2u);
+  tier_->set_throws(false);
+
+  // Fill throws: the lease was granted, the value is stored here.
+  a.loader_hook = [&] { tier_->set_throws(true); };
+  EXPECT_EQ(*a.cache->Get("fill"), "fill#4");
+  EXPECT_EQ(a.cache->GetIfPresent("fill"), "fill#4");
+  EXPECT_EQ(a.cache->stats().shared_errors, 3u);
+  a.loader_hook = nullptr;
+  tier_->set_throws(false);
+
+  // AwaitChange throws while another process holds the lease: this one
+  // loads on its own rather than wait.
+  tier_->TakeLease("held");
+  tier_->set_await_throws(true);
+  Pod<SingleFlight> b(tier_, &fleet_loads_);
+  EXPECT_EQ(*b.cache->Get("held"), "held#5");
+  EXPECT_EQ(b.loads, 1);
+  EXPECT_EQ(tier_->awaits(), 1);
+  EXPECT_EQ(b.cache->stats().shared_errors, 1u);
+}
+
 TEST_F(FleetTest, AnEarlyRefreshAsksForANewerValueThanItHas) {
   // XFetch refreshes before expiry; the tier still holds the value it has.
   // It must not be handed its own value back as "fresh".

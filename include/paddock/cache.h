@@ -1962,13 +1962,21 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
   bool waited = false;
   bool asked_past_bad_record = false;
   for (;;) {
-    absl::StatusOr<SharedLookup> answer = tier_->Lookup(
-        key_bytes, have_version, internal::LeaseHoldFor(options_.max_load_age));
-    if (!answer.ok()) {
+    // SharedTier's methods never throw; one that does anyway (out of memory
+    // in the tier's own code) is a tier error like any other, here as on a
+    // refresh, where an exception would end the process.
+    std::optional<absl::StatusOr<SharedLookup>> answer;
+    try {
+      answer.emplace(
+          tier_->Lookup(key_bytes, have_version,
+                        internal::LeaseHoldFor(options_.max_load_age)));
+    } catch (...) {
+    }
+    if (!answer.has_value() || !answer->ok()) {
       recorder_.SharedError();
       return LoadHere(load, nullptr, nullptr);
     }
-    SharedLookup& lookup = *answer;
+    SharedLookup& lookup = **answer;
     const int64_t now = NowNanos();
     if (lookup.lease == SharedLookup::Lease::kGranted) {
       recorder_.LeaseAcquired();
@@ -2047,7 +2055,12 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
     const absl::Duration wait = std::min(
         {absl::FromChrono(deadline - steady_now),
          lookup.lease_remaining + absl::Milliseconds(50), absl::Seconds(1)});
-    tier_->AwaitChange(key_bytes, wait);
+    try {
+      tier_->AwaitChange(key_bytes, wait);
+    } catch (...) {
+      recorder_.SharedError();
+      return LoadHere(load, nullptr, nullptr);
+    }
   }
 }
 
@@ -2166,10 +2179,15 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
     }
     return;
   }
-  const absl::StatusOr<bool> filled = tier_->Fill(key_bytes, lease_token, fill);
-  if (!filled.ok()) {
+  std::optional<absl::StatusOr<bool>> filled;
+  try {
+    filled.emplace(tier_->Fill(key_bytes, lease_token, fill));
+  } catch (...) {
+    // A tier that throws (see Lookup): the lease lapses.
+  }
+  if (!filled.has_value() || !filled->ok()) {
     recorder_.SharedError();  // Stored here all the same.
-  } else if (!*filled) {
+  } else if (!**filled) {
     // A Put or Invalidate somewhere (or a lapse) took the lease: like a
     // local write during a load, it wins; this result goes only to its
     // own callers.

@@ -140,10 +140,13 @@ struct RedisTierStats {
 // RedisTier
 //
 // Thread-safe; every method is bounded by `RedisOptions::io_timeout` unless
-// it says otherwise, never throws, and maps failures as `SharedTier` says:
-// `absl::UnavailableError` (unreachable, connection lost, server busy,
-// breaker open), `absl::DeadlineExceededError` (no reply within
-// `io_timeout`), `absl::DataLossError` (a reply it cannot parse). An
+// it says otherwise, never throws (but Subscribe, see `SharedTier`), and
+// maps failures as `SharedTier` says: `absl::UnavailableError`
+// (unreachable, connection lost, server busy, breaker open),
+// `absl::DeadlineExceededError` (no reply within `io_timeout`),
+// `absl::DataLossError` (a reply it cannot parse),
+// `absl::ResourceExhaustedError` (out of memory; a lease it may have been
+// granted is given back, or lapses). An
 // unreadable record in Redis (wrong type, missing or non-numeric fields) is
 // treated as no record, and the next fill replaces it.
 //
@@ -252,6 +255,8 @@ class RedisTier final : public SharedTier {
   explicit RedisTier(std::unique_ptr<internal::RedisTierState> state);
   static absl::StatusOr<std::shared_ptr<RedisTier>> ConnectOrThrow(
       const RedisOptions& options);
+  // AwaitChange's body; AwaitChange turns an exception into `false`.
+  bool AwaitChangeOrThrow(std::string_view key, absl::Duration timeout);
 
   std::unique_ptr<internal::RedisTierState> state_;
 };

@@ -94,12 +94,15 @@ struct SharedLookup {
 
 // SharedTier
 //
-// Every method is thread-safe, never throws, and reports a tier that is
-// unreachable, slow (past its I/O timeout) or switched off by a circuit
-// breaker as `absl::UnavailableError` or `absl::DeadlineExceededError`, and a
-// reply it cannot parse as `absl::DataLossError`. Each blocks for at most the
-// tier's I/O timeout unless it says otherwise. A cache treats every error as
-// "no shared tier for this call": it loads locally and carries on.
+// Every method is thread-safe, never throws (but Subscribe, which a cache
+// calls from its constructor, may throw std::bad_alloc), and reports a tier
+// that is unreachable, slow (past its I/O timeout) or switched off by a
+// circuit breaker as `absl::UnavailableError` or
+// `absl::DeadlineExceededError`, and a reply it cannot parse as
+// `absl::DataLossError`. Each blocks for at most the tier's I/O timeout
+// unless it says otherwise. A cache treats every error as "no shared tier
+// for this call": it loads locally and carries on. It does the same when
+// Lookup, Fill or AwaitChange throws all the same.
 class SharedTier {
  public:
   virtual ~SharedTier() = default;
@@ -193,9 +196,9 @@ class SharedTier {
   // SharedTier::Subscribe()
   //
   // Starts delivering invalidations to `subscriber` until the returned
-  // subscription is destroyed; `subscriber` must outlive it. Never fails: a
-  // tier that cannot subscribe now keeps trying and calls
-  // `OnMissedInvalidations` once it has.
+  // subscription is destroyed; `subscriber` must outlive it. Never fails
+  // but for std::bad_alloc: a tier that cannot subscribe now keeps trying
+  // and calls `OnMissedInvalidations` once it has.
   virtual std::unique_ptr<Subscription> Subscribe(Subscriber* subscriber) = 0;
 
   // SharedTier::max_value_bytes()

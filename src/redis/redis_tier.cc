@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,6 +132,38 @@ absl::StatusOr<bool> ReleaseLease(internal::RedisTierState& s,
   return *released == 1;
 }
 
+// RedisTier's methods never throw (SharedTier): an exception from a
+// library under them (std::bad_alloc, out of memory) becomes a status,
+// which callers take as a tier error. Call only inside a catch block. A
+// status with a message allocates; the code alone does not.
+absl::Status StatusOfCurrentException(const char* method) noexcept {
+  absl::StatusCode code = absl::StatusCode::kInternal;
+  const char* what = "an unexpected exception";
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    code = absl::StatusCode::kResourceExhausted;
+    what = "out of memory";
+  } catch (...) {
+  }
+  try {
+    return absl::Status(
+        code, absl::StrCat("paddock::RedisTier::", method, ": ", what));
+  } catch (...) {
+    return absl::Status(code, "");
+  }
+}
+
+// Gives a lease back in the background, if memory allows; otherwise it
+// lapses after lease_for, as a crashed holder's does.
+void ReleaseSoonIfPossible(internal::RedisTierState& s, std::string_view key,
+                           std::string_view token) noexcept {
+  try {
+    s.keeper->ReleaseSoon(std::string(key), std::string(token));
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 absl::Status RedisOptions::Validate() const {
@@ -237,49 +270,60 @@ absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
                                                std::string_view have_version,
                                                absl::Duration hold_for) {
   internal::RedisTierState& s = *state_;
-  const std::string token = NewUniqueId();
-  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
-  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
-  const std::string lease_ms = internal::DurationToMillis(s.options.lease_for);
+  std::string token;
+  try {
+    token = NewUniqueId();
+    const std::string record_key =
+        internal::RecordKey(s.options.key_prefix, key);
+    const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+    const std::string lease_ms =
+        internal::DurationToMillis(s.options.lease_for);
 
-  // Before sending: a change announced after this point wakes AwaitChange.
-  last_lookup = LastLookup{.tier = this,
-                           .key_hash = KeyHash(key),
-                           .since = s.log.sequence(),
-                           .holder = std::nullopt};
+    // Before sending: a change announced after this point wakes AwaitChange.
+    last_lookup = LastLookup{.tier = this,
+                             .key_hash = KeyHash(key),
+                             .since = s.log.sequence(),
+                             .holder = std::nullopt};
 
-  const std::string_view keys[] = {record_key, lease_key};
-  const std::string_view args[] = {have_version, token, lease_ms};
-  bool maybe_ran = false;
-  absl::StatusOr<RedisReplyPtr> reply =
-      s.client->Eval(Script::kLookup, keys, args, &maybe_ran);
-  if (!reply.ok()) {
-    // Redis may have granted `token` the lease all the same: unless given
-    // back, every process would wait lease_for for a load nobody runs.
-    if (maybe_ran) s.keeper->ReleaseSoon(std::string(key), token);
-    return reply.status();
-  }
-  absl::StatusOr<internal::ParsedLookup> parsed =
-      internal::ParseLookupReply(**reply);
-  if (!parsed.ok()) {
-    s.client->CountBadReply();
-    return parsed.status();
-  }
-  if (parsed->bad_record) s.bad_records.fetch_add(1, std::memory_order_relaxed);
+    const std::string_view keys[] = {record_key, lease_key};
+    const std::string_view args[] = {have_version, token, lease_ms};
+    bool maybe_ran = false;
+    absl::StatusOr<RedisReplyPtr> reply =
+        s.client->Eval(Script::kLookup, keys, args, &maybe_ran);
+    if (!reply.ok()) {
+      // Redis may have granted `token` the lease all the same: unless given
+      // back, every process would wait lease_for for a load nobody runs.
+      if (maybe_ran) s.keeper->ReleaseSoon(std::string(key), token);
+      return reply.status();
+    }
+    absl::StatusOr<internal::ParsedLookup> parsed =
+        internal::ParseLookupReply(**reply);
+    if (!parsed.ok()) {
+      s.client->CountBadReply();
+      return parsed.status();
+    }
+    if (parsed->bad_record)
+      s.bad_records.fetch_add(1, std::memory_order_relaxed);
 
-  SharedLookup& lookup = parsed->lookup;
-  switch (lookup.lease) {
-    case SharedLookup::Lease::kGranted:
-      lookup.lease_token = token;
-      s.keeper->Hold(std::string(key), token, hold_for);
-      break;
-    case SharedLookup::Lease::kHeldElsewhere:
-      last_lookup.holder = std::move(parsed->holder);
-      break;
-    case SharedLookup::Lease::kNotNeeded:
-      break;
+    SharedLookup& lookup = parsed->lookup;
+    switch (lookup.lease) {
+      case SharedLookup::Lease::kGranted:
+        lookup.lease_token = token;
+        s.keeper->Hold(std::string(key), token, hold_for);
+        break;
+      case SharedLookup::Lease::kHeldElsewhere:
+        last_lookup.holder = std::move(parsed->holder);
+        break;
+      case SharedLookup::Lease::kNotNeeded:
+        break;
+    }
+    return std::move(lookup);
+  } catch (...) {
+    // Redis may have granted `token` the lease before the exception (the
+    // keeper took nothing: Hold is the last step that can throw).
+    if (!token.empty()) ReleaseSoonIfPossible(s, key, token);
+    return StatusOfCurrentException("Lookup");
   }
-  return std::move(lookup);
 }
 
 absl::StatusOr<bool> RedisTier::Fill(std::string_view key,
@@ -287,92 +331,122 @@ absl::StatusOr<bool> RedisTier::Fill(std::string_view key,
                                      const SharedFill& fill) {
   internal::RedisTierState& s = *state_;
   s.keeper->Forget(lease_token);
-  const size_t bytes = internal::PayloadBytes(fill);
-  if (bytes > s.options.max_value_bytes) {
-    // Give the lease up, so that others need not wait for it to lapse.
-    (void)Release(key, lease_token);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "paddock::RedisTier: a fill of ", bytes,
-        " bytes is over max_value_bytes (", s.options.max_value_bytes,
-        "); stored nothing and released the lease"));
-  }
-  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
-  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
-  const std::string message =
-      internal::EncodeChangeMessage(ChangeKind::kFill, 0, key);
-  const std::vector<std::string> record = internal::RecordArgs(
-      fill, fill.version.empty() ? NewUniqueId() : fill.version);
+  try {
+    const size_t bytes = internal::PayloadBytes(fill);
+    if (bytes > s.options.max_value_bytes) {
+      // Give the lease up, so that others need not wait for it to lapse.
+      (void)Release(key, lease_token);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "paddock::RedisTier: a fill of ", bytes,
+          " bytes is over max_value_bytes (", s.options.max_value_bytes,
+          "); stored nothing and released the lease"));
+    }
+    const std::string record_key =
+        internal::RecordKey(s.options.key_prefix, key);
+    const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+    const std::string message =
+        internal::EncodeChangeMessage(ChangeKind::kFill, 0, key);
+    const std::vector<std::string> record = internal::RecordArgs(
+        fill, fill.version.empty() ? NewUniqueId() : fill.version);
 
-  const std::string_view keys[] = {record_key, lease_key};
-  std::vector<std::string_view> args = {lease_token, s.channel, message};
-  args.insert(args.end(), record.begin(), record.end());
-  absl::StatusOr<int64_t> stored =
-      IntegerResult(*s.client, s.client->Eval(Script::kFill, keys, args));
-  if (!stored.ok()) {
-    // The lease may still be held (the fill never ran, or failed in
-    // Redis): give it back, so that others need not wait for it to lapse.
-    s.keeper->ReleaseSoon(std::string(key), std::string(lease_token));
-    return stored.status();
+    const std::string_view keys[] = {record_key, lease_key};
+    std::vector<std::string_view> args = {lease_token, s.channel, message};
+    args.insert(args.end(), record.begin(), record.end());
+    absl::StatusOr<int64_t> stored =
+        IntegerResult(*s.client, s.client->Eval(Script::kFill, keys, args));
+    if (!stored.ok()) {
+      // The lease may still be held (the fill never ran, or failed in
+      // Redis): give it back, so that others need not wait for it to lapse.
+      s.keeper->ReleaseSoon(std::string(key), std::string(lease_token));
+      return stored.status();
+    }
+    if (*stored == 1) s.log.Record(key);
+    return *stored == 1;
+  } catch (...) {
+    ReleaseSoonIfPossible(s, key, lease_token);
+    return StatusOfCurrentException("Fill");
   }
-  if (*stored == 1) s.log.Record(key);
-  return *stored == 1;
 }
 
 absl::Status RedisTier::Release(std::string_view key,
                                 std::string_view lease_token) {
   internal::RedisTierState& s = *state_;
   s.keeper->Forget(lease_token);
-  absl::StatusOr<bool> released = ReleaseLease(s, key, lease_token);
-  if (!released.ok()) {
-    s.keeper->ReleaseSoon(std::string(key), std::string(lease_token));
-    return released.status();
+  try {
+    absl::StatusOr<bool> released = ReleaseLease(s, key, lease_token);
+    if (!released.ok()) {
+      s.keeper->ReleaseSoon(std::string(key), std::string(lease_token));
+      return released.status();
+    }
+    return absl::OkStatus();
+  } catch (...) {
+    ReleaseSoonIfPossible(s, key, lease_token);
+    return StatusOfCurrentException("Release");
   }
-  return absl::OkStatus();
 }
 
 absl::Status RedisTier::Put(std::string_view key, const SharedFill& fill,
                             uint64_t origin) {
   internal::RedisTierState& s = *state_;
-  const size_t bytes = internal::PayloadBytes(fill);
-  if (bytes > s.options.max_value_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("paddock::RedisTier: a put of ", bytes,
-                     " bytes is over max_value_bytes (",
-                     s.options.max_value_bytes, "); stored nothing"));
-  }
-  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
-  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
-  const std::string message =
-      internal::EncodeChangeMessage(ChangeKind::kPut, origin, key);
-  const std::vector<std::string> record = internal::RecordArgs(
-      fill, fill.version.empty() ? NewUniqueId() : fill.version);
+  try {
+    const size_t bytes = internal::PayloadBytes(fill);
+    if (bytes > s.options.max_value_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("paddock::RedisTier: a put of ", bytes,
+                       " bytes is over max_value_bytes (",
+                       s.options.max_value_bytes, "); stored nothing"));
+    }
+    const std::string record_key =
+        internal::RecordKey(s.options.key_prefix, key);
+    const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+    const std::string message =
+        internal::EncodeChangeMessage(ChangeKind::kPut, origin, key);
+    const std::vector<std::string> record = internal::RecordArgs(
+        fill, fill.version.empty() ? NewUniqueId() : fill.version);
 
-  const std::string_view keys[] = {record_key, lease_key};
-  std::vector<std::string_view> args = {s.channel, message};
-  args.insert(args.end(), record.begin(), record.end());
-  absl::StatusOr<int64_t> stored =
-      IntegerResult(*s.client, s.client->Eval(Script::kPut, keys, args));
-  if (!stored.ok()) return stored.status();
-  s.log.Record(key);
-  return absl::OkStatus();
+    const std::string_view keys[] = {record_key, lease_key};
+    std::vector<std::string_view> args = {s.channel, message};
+    args.insert(args.end(), record.begin(), record.end());
+    absl::StatusOr<int64_t> stored =
+        IntegerResult(*s.client, s.client->Eval(Script::kPut, keys, args));
+    if (!stored.ok()) return stored.status();
+    s.log.Record(key);
+    return absl::OkStatus();
+  } catch (...) {
+    return StatusOfCurrentException("Put");
+  }
 }
 
 absl::Status RedisTier::Invalidate(std::string_view key, uint64_t origin) {
   internal::RedisTierState& s = *state_;
-  const std::string record_key = internal::RecordKey(s.options.key_prefix, key);
-  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
-  const std::string message =
-      internal::EncodeChangeMessage(ChangeKind::kInvalidate, origin, key);
-  const std::string_view keys[] = {record_key, lease_key};
-  const std::string_view args[] = {s.channel, message};
-  absl::StatusOr<int64_t> deleted =
-      IntegerResult(*s.client, s.client->Eval(Script::kInvalidate, keys, args));
-  if (!deleted.ok()) return deleted.status();
-  s.log.Record(key);
-  return absl::OkStatus();
+  try {
+    const std::string record_key =
+        internal::RecordKey(s.options.key_prefix, key);
+    const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+    const std::string message =
+        internal::EncodeChangeMessage(ChangeKind::kInvalidate, origin, key);
+    const std::string_view keys[] = {record_key, lease_key};
+    const std::string_view args[] = {s.channel, message};
+    absl::StatusOr<int64_t> deleted = IntegerResult(
+        *s.client, s.client->Eval(Script::kInvalidate, keys, args));
+    if (!deleted.ok()) return deleted.status();
+    s.log.Record(key);
+    return absl::OkStatus();
+  } catch (...) {
+    return StatusOfCurrentException("Invalidate");
+  }
 }
 
 bool RedisTier::AwaitChange(std::string_view key, absl::Duration timeout) {
+  try {
+    return AwaitChangeOrThrow(key, timeout);
+  } catch (...) {
+    return false;  // As after a timeout: the caller asks again.
+  }
+}
+
+bool RedisTier::AwaitChangeOrThrow(std::string_view key,
+                                   absl::Duration timeout) {
   internal::RedisTierState& s = *state_;
   const absl::Time deadline =
       internal::MonotonicNow() + std::max(timeout, absl::ZeroDuration());
