@@ -4,18 +4,26 @@
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -86,6 +94,143 @@ std::string Prefix(std::string_view address) {
                       absl::string_view(address.data(), address.size()), ": ");
 }
 
+// Connects the non-blocking socket `fd` to `addr` by `deadline`. Returns 0,
+// or the errno that failed it (ETIMEDOUT when the deadline passed first).
+int ConnectBy(int fd, const sockaddr* addr, socklen_t size,
+              absl::Time deadline) {
+  if (connect(fd, addr, size) == 0) return 0;
+  // EINTR: the connection goes on in the background, as for EINPROGRESS.
+  if (errno != EINPROGRESS && errno != EINTR) return errno;
+  for (;;) {
+    const absl::Duration left = deadline - MonotonicNow();
+    if (left <= absl::ZeroDuration()) return ETIMEDOUT;
+    const int64_t millis =
+        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
+    pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+    const int ready =
+        poll(&p, 1, static_cast<int>(std::min<int64_t>(millis, INT_MAX)));
+    if (ready == -1 && errno != EINTR) return errno;
+    if (ready != 1) continue;  // The loop looks at the deadline.
+    int error = 0;
+    socklen_t length = sizeof(error);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == -1) {
+      return errno;
+    }
+    return error;
+  }
+}
+
+// The status of a connect that failed with `error`.
+absl::Status ConnectFailure(const RedisAddress& address, absl::Duration timeout,
+                            int error) {
+  std::string reason = std::generic_category().message(error);
+  if (error == ETIMEDOUT) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(Prefix(address.text), "connect timed out after ",
+                     absl::FormatDuration(timeout), " (", reason, ")"));
+  }
+  // EAGAIN is no timeout: a unix socket whose listen queue is full refuses
+  // at once (and a TCP connect finds no local port free).
+  if (error == EAGAIN && address.is_unix()) {
+    absl::StrAppend(&reason, " (the server's listen queue is full)");
+  }
+  return absl::UnavailableError(
+      absl::StrCat(Prefix(address.text), "cannot connect: ", reason));
+}
+
+// Owns a file descriptor until released.
+class Descriptor {
+ public:
+  explicit Descriptor(int fd) : fd_(fd) {}
+  ~Descriptor() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// A socket connected to `address` within `timeout`, blocking, with
+// close-on-exec set as it is created. hiredis 0.14 makes its sockets
+// without it; set afterwards, a fork() and exec() on another thread in
+// between (posix_spawn, system()) handed the socket to the child, and Redis
+// never saw the connection close (a subscriber stayed subscribed, unread).
+absl::StatusOr<int> ConnectSocket(const RedisAddress& address,
+                                  absl::Duration timeout) {
+  const absl::Time deadline = MonotonicNow() + timeout;
+  constexpr int kFlags = SOCK_NONBLOCK | SOCK_CLOEXEC;
+  int connected = -1;
+  if (address.is_unix()) {
+    sockaddr_un unix_address = {};
+    unix_address.sun_family = AF_UNIX;
+    if (address.unix_path.size() >= sizeof(unix_address.sun_path)) {
+      return absl::UnavailableError(absl::StrCat(
+          Prefix(address.text), "cannot connect: the socket's path is over ",
+          sizeof(unix_address.sun_path) - 1, " bytes"));
+    }
+    address.unix_path.copy(unix_address.sun_path,
+                           sizeof(unix_address.sun_path) - 1);
+    Descriptor fd(socket(AF_UNIX, SOCK_STREAM | kFlags, 0));
+    if (fd.get() == -1) return ConnectFailure(address, timeout, errno);
+    const int error =
+        ConnectBy(fd.get(), reinterpret_cast<const sockaddr*>(&unix_address),
+                  sizeof(unix_address), deadline);
+    if (error != 0) return ConnectFailure(address, timeout, error);
+    connected = fd.release();
+  } else {
+    addrinfo hints = {};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(address.port);
+    if (const int rc =
+            getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
+        rc != 0) {
+      return absl::UnavailableError(
+          absl::StrCat(Prefix(address.text), "cannot connect: ",
+                       rc == EAI_SYSTEM ? std::generic_category().message(errno)
+                                        : std::string(gai_strerror(rc))));
+    }
+    // Each address in turn, as hiredis does, until one connects or the
+    // time is up.
+    int error = ECONNREFUSED;
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      Descriptor fd(
+          socket(a->ai_family, a->ai_socktype | kFlags, a->ai_protocol));
+      if (fd.get() == -1) {
+        error = errno;
+        continue;
+      }
+      error = ConnectBy(fd.get(), a->ai_addr, a->ai_addrlen, deadline);
+      if (error == 0) {
+        connected = fd.release();
+        break;
+      }
+      if (error == ETIMEDOUT) break;
+    }
+    freeaddrinfo(found);
+    if (connected == -1) return ConnectFailure(address, timeout, error);
+    // Commands are small and answered one by one: no Nagle delay.
+    const int one = 1;
+    (void)setsockopt(connected, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  // hiredis's blocking API expects a blocking socket (SO_RCVTIMEO bounds
+  // each call).
+  const int flags = fcntl(connected, F_GETFL);
+  if (flags == -1 || fcntl(connected, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+    const int error = errno;
+    close(connected);
+    return absl::UnavailableError(
+        absl::StrCat(Prefix(address.text), "cannot make its socket blocking: ",
+                     std::generic_category().message(error)));
+  }
+  return connected;
+}
+
 struct Argv {
   explicit Argv(absl::Span<const std::string_view> args) {
     pointers.reserve(args.size());
@@ -106,47 +251,14 @@ absl::Time MonotonicNow() { return SystemClock::Get()->Now(); }
 
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     const RedisAddress& address, absl::Duration timeout) {
-  const timeval tv = SocketTimeout(timeout);
-  redisContext* context =
-      address.is_unix()
-          ? redisConnectUnixWithTimeout(address.unix_path.c_str(), tv)
-          : redisConnectWithTimeout(address.host.c_str(), address.port, tv);
-  const int saved_errno = errno;
+  absl::StatusOr<int> fd = ConnectSocket(address, timeout);
+  if (!fd.ok()) return fd.status();
+  // hiredis takes the socket over, and closes it in redisFree.
+  redisContext* context = redisConnectFd(*fd);
   if (context == nullptr) {
+    close(*fd);
     return absl::ResourceExhaustedError(
         absl::StrCat(Prefix(address.text), "cannot allocate a connection"));
-  }
-  if (context->err != 0) {
-    std::string reason = context->errstr;
-    // hiredis reports a connect that ran out of time as ETIMEDOUT. EAGAIN
-    // is no timeout: a unix socket whose listen queue is full refuses at
-    // once (and a TCP connect finds no local port free).
-    const bool timed_out =
-        context->err == REDIS_ERR_IO &&
-        (saved_errno == ETIMEDOUT || saved_errno == EINPROGRESS);
-    if (context->err == REDIS_ERR_IO && saved_errno == EAGAIN &&
-        address.is_unix()) {
-      absl::StrAppend(&reason, " (the server's listen queue is full)");
-    }
-    redisFree(context);
-    if (timed_out) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(Prefix(address.text), "connect timed out after ",
-                       absl::FormatDuration(timeout), " (", reason, ")"));
-    }
-    return absl::UnavailableError(
-        absl::StrCat(Prefix(address.text), "cannot connect: ", reason));
-  }
-  // hiredis 0.14 opens its sockets without close-on-exec: a child the
-  // service spawns would hold them open, and Redis would not see a closed
-  // connection (a subscriber would stay subscribed, unread).
-  if (const int flags = fcntl(context->fd, F_GETFD);
-      flags == -1 || fcntl(context->fd, F_SETFD, flags | FD_CLOEXEC) == -1) {
-    const int fcntl_errno = errno;
-    redisFree(context);
-    return absl::UnavailableError(absl::StrCat(
-        Prefix(address.text), "cannot set close-on-exec on its socket: ",
-        std::generic_category().message(fcntl_errno)));
   }
   // Over TCP, a link that dies silently (a NAT or a firewall forgets it)
   // is found by keepalive probes while the connection sits idle in the
