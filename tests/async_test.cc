@@ -624,6 +624,25 @@ TEST_F(AsyncTest, AnAsyncLoaderThatThrowsFailsItsLoadWithWhat) {
               HasSubstr("no connection"));
 }
 
+// An asynchronous loader is called as a Loader is: a Get of the key it is
+// loading, from inside that call, is refused at once. It waited for the
+// completion, which only the call could make: wait_timeout, or forever.
+TEST_F(AsyncTest, AnAsyncLoaderThatGetsItsOwnKeyIsRefusedAtOnce) {
+  options_.wait_timeout = absl::Seconds(5);
+  StringCache* self = nullptr;
+  absl::Status inner;
+  StringCache cache(StringCache::AsyncLoader([&](const std::string& k,
+                                                 Completion<std::string> done) {
+                      inner = self->Get(k).status();
+                      std::move(done)(k + "!");
+                    }),
+                    options_);
+  self = &cache;
+  EXPECT_EQ(*cache.Get("k"), "k!");
+  EXPECT_EQ(inner.code(), absl::StatusCode::kFailedPrecondition) << inner;
+  EXPECT_EQ(cache.stats().wait_timeouts, 0u);
+}
+
 TEST_F(AsyncTest, GetWorksWithAnAsyncLoaderByWaiting) {
   ThreadPool completers(1);
   StringCache cache(

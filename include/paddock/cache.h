@@ -1885,6 +1885,10 @@ void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
   state->uncaught = std::uncaught_exceptions();
   state->in_call.store(true, std::memory_order_release);
   absl::Status thrown;
+  // Called as a Loader is: a Get of this key from inside the call is
+  // refused at once, instead of waiting for a completion that cannot come
+  // before the call returns.
+  internal::LoadScope scope(this, state->load.hash, &state->key);
   try {
     async_loader_(state->key, *std::move(completion));
   } catch (const std::exception& e) {
