@@ -925,12 +925,16 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
       : cache(owner),
         lifeline(owner->lifeline_),
         key(from.key),
-        load{key, from.hash, from.flight, from.kind,
-             std::exchange(from.slot, 0)},
+        load{key, from.hash, from.flight, from.kind, /*slot=*/0},
         with_lease(token != nullptr),
         key_bytes(bytes != nullptr ? *bytes : std::string()),
         lease_token(token != nullptr ? *token : std::string()),
         tier(with_lease ? owner->options_.shared : nullptr) {
+    // The load slot moves last, once nothing can throw: a copy above that
+    // throws leaves it with `from`, whose failure gives it back (taken
+    // first, it went down with this half-made object, held until
+    // max_load_age).
+    load.slot = std::exchange(from.slot, 0);
     load.caller_waits = from.caller_waits;
     load.stale_until_keep = from.stale_until_keep;
     load.tier_stands_in = from.tier_stands_in;
