@@ -269,8 +269,14 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     return absl::UnavailableError(absl::StrCat(
         Prefix(address.text), "cannot enable TCP keepalive: ", reason));
   }
-  return std::unique_ptr<RedisConnection>(
-      new RedisConnection(address, context));
+  // Out of memory here, the context is still ours to free.
+  try {
+    return std::unique_ptr<RedisConnection>(
+        new RedisConnection(address, context));
+  } catch (...) {
+    redisFree(context);
+    throw;
+  }
 }
 
 RedisConnection::RedisConnection(const RedisAddress& address,
