@@ -1,6 +1,8 @@
 // One typed suite over the three ways to look a key up — `Get` (blocks),
 // `GetAsync` (a callback) and `Await` (a coroutine) — for every policy: the
-// behaviour they share is the same, counted the same. Loads run on a real
+// behaviour they share is the same, counted the same. `Get` and `GetAsync`
+// run twice: with the `std::string` key, and with a `std::string_view` of it
+// (heterogeneous lookup, which must behave exactly alike). Loads run on a real
 // thread pool (GetAsync never runs a blocking loader on its caller's
 // thread); time moves only when a test says so.
 
@@ -11,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -55,6 +58,37 @@ struct CallbackGetAsync {
     cache.GetAsync(key, [promise](absl::StatusOr<std::string> v) {
       promise->set_value(std::move(v));
     });
+    return result;
+  }
+};
+
+// The same two with a std::string_view of the key: the lookup makes no
+// std::string unless it has to load.
+struct ViewGet {
+  template <typename C>
+  static std::future<absl::StatusOr<std::string>> Start(C& cache,
+                                                        std::string key) {
+    return std::async(std::launch::async, [&cache, key = std::move(key)] {
+      return cache.Get(std::string_view(key));
+    });
+  }
+};
+
+struct ViewGetAsync {
+  template <typename C>
+  static std::future<absl::StatusOr<std::string>> Start(C& cache,
+                                                        std::string key) {
+    auto promise =
+        std::make_shared<std::promise<absl::StatusOr<std::string>>>();
+    std::future<absl::StatusOr<std::string>> result = promise->get_future();
+    // The view dies before the callback may run: GetAsync promises that the
+    // key need only live until it returns.
+    auto owned = std::make_unique<std::string>(std::move(key));
+    cache.GetAsync(std::string_view(*owned),
+                   [promise](absl::StatusOr<std::string> v) {
+                     promise->set_value(std::move(v));
+                   });
+    owned.reset();
     return result;
   }
 };
@@ -145,16 +179,22 @@ using Cases = ::testing::Types<
     Case<CallbackGetAsync, NaiveJitter>, Case<CallbackGetAsync, SingleFlight>,
     Case<CallbackGetAsync, XFetch>, Case<CallbackGetAsync, SoftTtl>,
     Case<CoroutineAwait, NaiveJitter>, Case<CoroutineAwait, SingleFlight>,
-    Case<CoroutineAwait, XFetch>, Case<CoroutineAwait, SoftTtl>>;
+    Case<CoroutineAwait, XFetch>, Case<CoroutineAwait, SoftTtl>,
+    Case<ViewGet, NaiveJitter>, Case<ViewGet, SingleFlight>,
+    Case<ViewGet, XFetch>, Case<ViewGet, SoftTtl>,
+    Case<ViewGetAsync, NaiveJitter>, Case<ViewGetAsync, SingleFlight>,
+    Case<ViewGetAsync, XFetch>, Case<ViewGetAsync, SoftTtl>>;
 
 class CaseNames {
  public:
   template <typename C>
   static std::string GetName(int) {
-    std::string api = std::is_same_v<typename C::A, BlockingGet> ? "Get"
-                      : std::is_same_v<typename C::A, CallbackGetAsync>
-                          ? "GetAsync"
-                          : "Await";
+    using A = typename C::A;
+    std::string api = std::is_same_v<A, BlockingGet>        ? "Get"
+                      : std::is_same_v<A, CallbackGetAsync> ? "GetAsync"
+                      : std::is_same_v<A, ViewGet>          ? "GetView"
+                      : std::is_same_v<A, ViewGetAsync>     ? "GetAsyncView"
+                                                            : "Await";
     std::string policy =
         std::is_same_v<typename C::P, NaiveJitter>    ? "NaiveJitter"
         : std::is_same_v<typename C::P, SingleFlight> ? "SingleFlight"

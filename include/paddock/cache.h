@@ -83,6 +83,7 @@
 #include "paddock/internal/shard.h"
 #include "paddock/internal/ticks.h"
 #include "paddock/internal/time_math.h"
+#include "paddock/key_hash.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
@@ -93,7 +94,7 @@
 namespace paddock {
 
 template <typename K, typename V, RefreshPolicy Policy = SoftTtl,
-          typename Hash = absl::Hash<K>, typename Eq = std::equal_to<K>>
+          typename Hash = KeyHash<K>, typename Eq = KeyEq<K>>
 class Cache {
   // Said here rather than deep inside the first member that needs it.
   static_assert(std::copyable<K>,
@@ -186,7 +187,31 @@ class Cache {
   // while a listener, a destructor of K or V, or a copy of V runs. A hit
   // takes no lock and writes no memory another thread writes. The hit is
   // inlined into the caller; everything else is called out of line.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<V> Get(const K& key);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<V> Get(const K& key) {
+    return GetAny(key);
+  }
+
+  // Whether `Get`, `GetAsync`, `GetIfPresent` and `Invalidate` take a `Q`
+  // in place of a K (heterogeneous lookup): `Hash` and `Eq` declare
+  // `is_transparent` and accept a `Q`, and a K can be made from it. The
+  // default ones do for `std::string` keys and any `Q` convertible to
+  // `std::string_view` (`paddock/key_hash.h`). `Hash` and `Eq` must treat a
+  // `Q` exactly as the K made from it.
+  template <typename Q>
+  static constexpr bool kLooksUp = internal::LooksUpWith<Q, K, Hash, Eq>;
+
+  // Cache::Get(), for a key of another type
+  //
+  // `Get(K(key))`, making no K on a hit: `cache.Get(std::string_view)` or
+  // `cache.Get("literal")` on a `std::string`-keyed cache allocates nothing
+  // when the value is served at once. Anything else (a miss, a stale entry,
+  // a refresh) makes the K, once, and continues as `Get(const K&)`, with the
+  // same contract. Only for a `Q` with `kLooksUp<Q>`.
+  template <typename Q>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<V> Get(
+      const Q& key) requires kLooksUp<Q> {
+    return GetAny(key);
+  }
 
   // Cache::GetAsync()
   //
@@ -239,12 +264,30 @@ class Cache {
   // awaiters.
   Awaiter Await(const K& key);
 
+  // Cache::GetAsync(), for a key of another type
+  //
+  // `GetAsync(K(key), done)`, making no K when `done` is called inline (see
+  // `Get` for a `Q`). `done` is a `Callback` or any callable one can hold.
+  template <typename Q, typename F>
+  void GetAsync(const Q& key, F&& done) requires(
+      kLooksUp<Q>&& std::is_constructible_v<Callback, F&&>&&
+          std::is_invocable_v<F&&, absl::StatusOr<V>>) {
+    GetAsyncImpl(key, std::forward<F>(done));
+  }
+
   // Cache::GetIfPresent()
   //
   // Returns the value `Get` would return at once without loading (fresh, or
   // stale while the policy serves it), or nullopt. Never loads, never waits,
   // starts no refresh. Thread-safe, lock-free.
-  std::optional<V> GetIfPresent(const K& key) const;
+  std::optional<V> GetIfPresent(const K& key) const {
+    return GetIfPresentAny(key);
+  }
+  // The same for a key of another type (see `Get`); makes no K.
+  template <typename Q>
+  std::optional<V> GetIfPresent(const Q& key) const requires kLooksUp<Q> {
+    return GetIfPresentAny(key);
+  }
 
   // Cache::Put()
   //
@@ -264,6 +307,11 @@ class Cache {
   // tier, removes the tier's record and lease too and other caches drop
   // their copies. Thread-safe; with a shared tier, blocks for one call to it.
   void Invalidate(const K& key);
+  // `Invalidate(K(key))`, for a key of another type (see `Get`).
+  template <typename Q>
+  void Invalidate(const Q& key) requires kLooksUp<Q> {
+    Invalidate(K(key));
+  }
 
   // Cache::InvalidateAll()
   //
@@ -383,7 +431,17 @@ class Cache {
     return true;
   }
 
-  ABSL_ATTRIBUTE_ALWAYS_INLINE size_t HashOf(const K& key) const {
+  // `key` itself, or a K made from a key of another type (see kLooksUp).
+  template <typename Q>
+  static decltype(auto) KeyOf(const Q& key) {
+    if constexpr (std::is_same_v<Q, K>) {
+      return (key);  // const K&: no copy.
+    } else {
+      return K(key);
+    }
+  }
+  template <typename Q>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE size_t HashOf(const Q& key) const {
     return internal::MixedHash(hash_, key);
   }
   ABSL_ATTRIBUTE_ALWAYS_INLINE Shard& ShardFor(size_t hash) const {
@@ -467,14 +525,21 @@ class Cache {
   }
 
   // -- Lookups.
+  // Both Get overloads: `key` is a K or a Q with kLooksUp<Q>, and only the
+  // hit path looks up with it as it is.
+  template <typename Q>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<V> GetAny(const Q& key);
+  template <typename Q>
+  std::optional<V> GetIfPresentAny(const Q& key) const;
   // Get() past the hit path: entries outside their quiet window, misses.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnquiet(Shard& shard,
                                                        const K& key,
                                                        size_t hash);
   // Get() where its hit path could not look: the thread has no epoch record
   // yet, the cache has its own clock, or the coarse clock is not ticking.
+  template <typename Q>
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnprepared(Shard& shard,
-                                                          const K& key,
+                                                          const Q& key,
                                                           size_t hash);
   // What a lookup answers at once (fresh, stale, a remembered error), or
   // nullopt; may start a refresh. Takes no lock unless it starts one.
@@ -488,8 +553,9 @@ class Cache {
   // and GetAsync: if `key`'s entry is in its quiet window, marks it
   // visited, counts the hit and copies its value into `out`. Returns whether
   // the key has an entry at all.
+  template <typename Q>
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool TakeHit(
-      Shard& shard, const K& key, size_t hash, internal::ThreadRecord* record,
+      Shard& shard, const Q& key, size_t hash, internal::ThreadRecord* record,
       int64_t now, std::optional<absl::StatusOr<V>>& out) {
     internal::EpochGuard guard(record);
     const Entry* n = shard.Find(hash, key, eq_);
@@ -501,12 +567,14 @@ class Cache {
     return n != nullptr;
   }
   // TryServeNow where its hit path could not look (see GetUnprepared).
+  template <typename Q>
   ABSL_ATTRIBUTE_NOINLINE std::optional<absl::StatusOr<V>>
-  TryServeNowUnprepared(Shard& shard, const K& key, size_t hash);
-  // Both GetAsync overloads: `done` is a Callback or any callable one can
-  // hold, called directly when the value is served at once.
-  template <typename F>
-  void GetAsyncImpl(const K& key, F&& done);
+  TryServeNowUnprepared(Shard& shard, const Q& key, size_t hash);
+  // Every GetAsync overload: `done` is a Callback or any callable one can
+  // hold, called directly when the value is served at once; `key` a K or a
+  // Q with kLooksUp<Q>.
+  template <typename Q, typename F>
+  void GetAsyncImpl(const Q& key, F&& done);
   // GetAsync past what it can answer at once.
   void GetAsyncMiss(Shard& shard, const K& key, size_t hash, Callback done);
   // What a waiter gets when its wait_timeout passes; `counted` in the stats.
@@ -1095,7 +1163,8 @@ Cache<K, V, P, H, E>::~Cache() {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
+template <typename Q>
+absl::StatusOr<V> Cache<K, V, P, H, E>::GetAny(const Q& key) {
   const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
   // Inlined into the caller, the hit path calls nothing: what needs a call
@@ -1120,13 +1189,14 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Get(const K& key) {
     found = n != nullptr;
   }
   // A key with no entry goes straight to the locked path, which looks again.
-  if (!found) return GetSlow(shard, key, hash);
-  return GetUnquiet(shard, key, hash);
+  if (!found) return GetSlow(shard, KeyOf(key), hash);
+  return GetUnquiet(shard, KeyOf(key), hash);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+template <typename Q>
 absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
-                                                      const K& key,
+                                                      const Q& key,
                                                       size_t hash) {
   // This acquires the record, reads this cache's clock (on the system clock,
   // CoarseNowNanos starts or retries the ticker) and takes the hit.
@@ -1134,7 +1204,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
           TryServeNowUnprepared(shard, key, hash)) {
     return *std::move(now);
   }
-  return GetSlow(shard, key, hash);
+  return GetSlow(shard, KeyOf(key), hash);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1192,19 +1262,24 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
   std::optional<absl::StatusOr<V>> result;
   const bool found = TakeHit(shard, key, hash, record, now, result);
   // Nothing to serve without an entry: the caller's locked path looks again.
-  if (!result.has_value() && found) result = ServeNow(shard, key, hash);
+  if (!result.has_value() && found) {
+    result = ServeNow(shard, KeyOf(key), hash);
+  }
   return result;
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+template <typename Q>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNowUnprepared(
-    Shard& shard, const K& key, size_t hash) {
+    Shard& shard, const Q& key, size_t hash) {
   // The same hit, with the calls the prepared path avoids.
   std::optional<absl::StatusOr<V>> result;
   const bool found = TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
                              HitNowNanos(), result);
   // Nothing to serve without an entry: the caller's locked path looks again.
-  if (!result.has_value() && found) result = ServeNow(shard, key, hash);
+  if (!result.has_value() && found) {
+    result = ServeNow(shard, KeyOf(key), hash);
+  }
   return result;
 }
 
@@ -1214,8 +1289,8 @@ void Cache<K, V, P, H, E>::GetAsync(const K& key, Callback done) {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-template <typename F>
-void Cache<K, V, P, H, E>::GetAsyncImpl(const K& key, F&& done) {
+template <typename Q, typename F>
+void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
   const size_t hash = HashOf(key);
   Shard& shard = ShardFor(hash);
   // TryServeNow, with the hit taken here, inlined into the caller as Get's
@@ -1228,7 +1303,8 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const K& key, F&& done) {
     now = TryServeNowUnprepared(shard, key, hash);
   } else if (TakeHit(shard, key, hash, record, coarse, now) &&
              !now.has_value()) {
-    now = ServeNow(shard, key, hash);  // An entry past its quiet window.
+    // An entry past its quiet window.
+    now = ServeNow(shard, KeyOf(key), hash);
   }
   if (now.has_value()) {
     try {
@@ -1239,7 +1315,7 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const K& key, F&& done) {
     return;
   }
   // A Callback is moved on; any other callable is wrapped now, to wait.
-  GetAsyncMiss(shard, key, hash, Callback(std::forward<F>(done)));
+  GetAsyncMiss(shard, KeyOf(key), hash, Callback(std::forward<F>(done)));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2622,7 +2698,8 @@ Executor* Cache<K, V, P, H, E>::executor() {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<V> Cache<K, V, P, H, E>::GetIfPresent(const K& key) const {
+template <typename Q>
+std::optional<V> Cache<K, V, P, H, E>::GetIfPresentAny(const Q& key) const {
   const size_t hash = HashOf(key);
   internal::EpochGuard guard;
   const Entry* n = ShardFor(hash).Find(hash, key, eq_);

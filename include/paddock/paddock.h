@@ -8,6 +8,7 @@
 #include "paddock/cache.h"       // IWYU pragma: export
 #include "paddock/clock.h"       // IWYU pragma: export
 #include "paddock/executor.h"    // IWYU pragma: export
+#include "paddock/key_hash.h"    // IWYU pragma: export
 #include "paddock/listener.h"    // IWYU pragma: export
 #include "paddock/options.h"     // IWYU pragma: export
 #include "paddock/policy.h"      // IWYU pragma: export

@@ -14,6 +14,7 @@
 
 #include "absl/base/attributes.h"
 #include "absl/hash/hash.h"
+#include "paddock/key_hash.h"
 
 namespace paddock::internal {
 
@@ -21,6 +22,8 @@ template <typename Hash>
 inline constexpr bool kHashIsMixed = false;
 template <typename K>
 inline constexpr bool kHashIsMixed<absl::Hash<K>> = true;
+template <>
+inline constexpr bool kHashIsMixed<StringKeyHash> = true;  // absl::Hash.
 
 // Spreads every input bit over the high and the low half (a
 // multiply-xorshift finaliser).

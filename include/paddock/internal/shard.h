@@ -97,10 +97,10 @@ class alignas(64) Shard {
     fixed_ = fixed;
   }
 
-  // The entry for `key`, or nullptr. Lock-free: call inside an EpochGuard
-  // (or holding the mutex).
-  template <typename KeyEq>
-  ABSL_ATTRIBUTE_ALWAYS_INLINE Node* Find(size_t hash, const K& key,
+  // The entry for `key` (a K, or any key `eq` compares with one), or
+  // nullptr. Lock-free: call inside an EpochGuard (or holding the mutex).
+  template <typename Q, typename KeyEq>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE Node* Find(size_t hash, const Q& key,
                                           const KeyEq& eq) const {
     return table_.Find(hash, [&](const Node* n) { return eq(n->key, key); });
   }

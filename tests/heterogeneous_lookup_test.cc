@@ -1,0 +1,195 @@
+// Heterogeneous lookup: `Get`, `GetAsync`, `GetIfPresent` and `Invalidate`
+// with a key of another type than K, for a transparent Hash and Eq. What
+// they share with the K overloads is tested in lookup_api_test.cc; here,
+// what is particular to them: a hit makes no K, anything else makes one,
+// and which key types are accepted at all.
+
+#include <atomic>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "absl/hash/hash.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "paddock/cache.h"
+#include "paddock/clock.h"
+#include "paddock/executor.h"
+#include "paddock/key_hash.h"
+#include "paddock/options.h"
+#include "paddock/policy.h"
+
+namespace paddock {
+namespace {
+
+// A key that counts how often one is made (constructed or copied).
+struct CountedKey {
+  explicit CountedKey(std::string_view t) : text(t) { ++made; }
+  CountedKey(const CountedKey& other) : text(other.text) { ++made; }
+  CountedKey& operator=(const CountedKey& other) {
+    text = other.text;
+    ++made;
+    return *this;
+  }
+  ~CountedKey() = default;
+
+  std::string text;
+  static std::atomic<int> made;
+};
+std::atomic<int> CountedKey::made{0};
+
+struct CountedHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view key) const {
+    return absl::Hash<std::string_view>()(key);
+  }
+  size_t operator()(const CountedKey& key) const { return (*this)(key.text); }
+};
+
+struct CountedEq {
+  using is_transparent = void;
+  static std::string_view View(std::string_view key) { return key; }
+  static std::string_view View(const CountedKey& key) { return key.text; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    return View(a) == View(b);
+  }
+};
+
+template <typename P>
+using CountedCache = Cache<CountedKey, std::string, P, CountedHash, CountedEq>;
+
+template <typename P>
+class HeterogeneousLookupTest : public ::testing::Test {
+ protected:
+  CountedCache<P> MakeCache() {
+    return CountedCache<P>(
+        [this](const CountedKey& key) -> absl::StatusOr<std::string> {
+          ++loads_;
+          return absl::StrCat(key.text, "#", loads_.load());
+        },
+        Options{.ttl = absl::Seconds(10), .clock = clock_, .executor = &pool_});
+  }
+
+  // Each case runs once on the system clock (the prepared hit path) and
+  // once on a cache clock of its own (the path that reads it).
+  ManualClock manual_;
+  Clock* clock_ = nullptr;
+  ManualExecutor pool_;
+  std::atomic<int> loads_{0};
+};
+
+using Policies = ::testing::Types<NaiveJitter, SingleFlight, XFetch, SoftTtl>;
+TYPED_TEST_SUITE(HeterogeneousLookupTest, Policies);
+
+TYPED_TEST(HeterogeneousLookupTest, AHitMakesNoKeyAndAMissMakesOne) {
+  for (Clock* clock :
+       {static_cast<Clock*>(nullptr), static_cast<Clock*>(&this->manual_)}) {
+    this->clock_ = clock;
+    auto cache = this->MakeCache();
+    const std::string text = "member:page:0:size:10";
+    const std::string_view view = text;
+
+    CountedKey::made = 0;
+    EXPECT_EQ(*cache.Get(view), "member:page:0:size:10#1");
+    EXPECT_GE(CountedKey::made, 1);  // The miss stored a K.
+
+    CountedKey::made = 0;
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(*cache.Get(view), text + "#1");
+    EXPECT_EQ(*cache.GetIfPresent(view), text + "#1");
+    int called = 0;
+    cache.GetAsync(view, [&](absl::StatusOr<std::string> v) {
+      EXPECT_EQ(*v, text + "#1");
+      ++called;
+    });
+    EXPECT_EQ(called, 1);  // A hit answers inline.
+    EXPECT_EQ(CountedKey::made, 0);
+    EXPECT_EQ(cache.stats().hits, 101u);  // GetIfPresent counts nothing.
+
+    // The K overloads find what the view stored, and the other way round.
+    EXPECT_EQ(*cache.Get(CountedKey(text)), text + "#1");
+    EXPECT_EQ(this->loads_, 1);
+    this->loads_ = 0;
+  }
+}
+
+TYPED_TEST(HeterogeneousLookupTest, InvalidateByViewDropsTheKey) {
+  auto cache = this->MakeCache();
+  EXPECT_EQ(*cache.Get(std::string_view("k")), "k#1");
+  cache.Invalidate(std::string_view("k"));
+  EXPECT_EQ(cache.GetIfPresent(std::string_view("k")), std::nullopt);
+  EXPECT_EQ(*cache.Get(std::string_view("k")), "k#2");
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+TYPED_TEST(HeterogeneousLookupTest, AMissByViewGivesTheLoaderTheFullKey) {
+  auto cache = this->MakeCache();
+  // A view into a longer buffer: the key is the view's characters only.
+  const std::string buffer = "abcdef";
+  EXPECT_EQ(*cache.Get(std::string_view(buffer).substr(1, 3)), "bcd#1");
+  EXPECT_EQ(*cache.Get(CountedKey("bcd")), "bcd#1");
+  EXPECT_EQ(cache.GetIfPresent(CountedKey("bcdef")), std::nullopt);
+}
+
+// The default Hash and Eq of a std::string key are transparent.
+TEST(HeterogeneousLookupDefaults, AStringKeyedCacheLooksUpByViewAndLiteral) {
+  std::atomic<int> loads{0};
+  Cache<std::string, int, SingleFlight> cache(
+      [&](const std::string& key) -> absl::StatusOr<int> {
+        ++loads;
+        return static_cast<int>(key.size());
+      },
+      Options{.ttl = absl::Seconds(10)});
+  EXPECT_EQ(*cache.Get("a literal"), 9);
+  EXPECT_EQ(*cache.Get(std::string_view("a literal")), 9);
+  EXPECT_EQ(*cache.Get(std::string("a literal")), 9);
+  const char* pointer = "a literal";
+  EXPECT_EQ(*cache.Get(pointer), 9);
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(cache.stats().hits, 3u);
+}
+
+// Which key types each cache takes. Checked at compile time, reported here.
+using StringCache = Cache<std::string, int>;
+using IntCache = Cache<int, int>;
+using PlainStringCache =
+    Cache<std::string, int, SoftTtl, absl::Hash<std::string>>;
+
+template <typename C, typename Q>
+constexpr bool kGets = requires(C& c, const Q& q) {
+  c.Get(q);
+};
+template <typename C, typename Q>
+constexpr bool kGetsIfPresent = requires(const C& c, const Q& q) {
+  c.GetIfPresent(q);
+};
+
+static_assert(std::is_same_v<KeyHash<std::string>, StringKeyHash>);
+static_assert(std::is_same_v<KeyHash<std::string_view>, StringKeyHash>);
+static_assert(std::is_same_v<KeyHash<int>, absl::Hash<int>>);
+static_assert(std::is_same_v<KeyEq<int>, std::equal_to<int>>);
+static_assert(StringCache::kLooksUp<std::string_view>);
+static_assert(StringCache::kLooksUp<const char*>);
+static_assert(kGets<StringCache, std::string_view>);
+static_assert(kGetsIfPresent<StringCache, std::string_view>);
+// Not a K, and no way to make one: no lookup.
+static_assert(!StringCache::kLooksUp<int>);
+static_assert(!kGets<StringCache, int>);
+// An int cache does not take a string.
+static_assert(!IntCache::kLooksUp<std::string_view>);
+static_assert(!kGets<IntCache, std::string_view>);
+// absl::Hash<std::string> is not transparent: the view is refused rather
+// than hashed by a function that may not agree with the key's.
+static_assert(!PlainStringCache::kLooksUp<std::string_view>);
+static_assert(!kGets<PlainStringCache, std::string_view>);
+
+TEST(HeterogeneousLookupDefaults, TheAcceptedKeyTypesAreCheckedAtCompileTime) {
+  SUCCEED() << "see the static_asserts above";
+}
+
+}  // namespace
+}  // namespace paddock
