@@ -1,11 +1,14 @@
-// Heterogeneous lookup: `Get`, `GetAsync`, `GetIfPresent` and `Invalidate`
+// Heterogeneous lookup: `Get`, `GetAsync`, `Await`, `GetIfPresent` and
+// `Invalidate`
 // with a key of another type than K, for a transparent Hash and Eq. What
 // they share with the K overloads is tested in lookup_api_test.cc; here,
 // what is particular to them: a hit makes no K, anything else makes one,
 // and which key types are accepted at all.
 
 #include <atomic>
+#include <coroutine>
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +63,23 @@ struct CountedEq {
   }
 };
 
+// A coroutine that starts at once and stores what it awaited.
+struct Detached {
+  struct promise_type {
+    Detached get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
+
+template <typename C>
+Detached AwaitInto(C& cache, std::string_view key,
+                   std::optional<absl::StatusOr<std::string>>& out) {
+  out = co_await cache.Await(key);
+}
+
 template <typename P>
 using CountedCache = Cache<CountedKey, std::string, P, CountedHash, CountedEq>;
 
@@ -107,8 +127,12 @@ TYPED_TEST(HeterogeneousLookupTest, AHitMakesNoKeyAndAMissMakesOne) {
       ++called;
     });
     EXPECT_EQ(called, 1);  // A hit answers inline.
+    std::optional<absl::StatusOr<std::string>> awaited;
+    AwaitInto(cache, view, awaited);
+    ASSERT_TRUE(awaited.has_value());  // Ready at once: never suspended.
+    EXPECT_EQ(**awaited, text + "#1");
     EXPECT_EQ(CountedKey::made, 0);
-    EXPECT_EQ(cache.stats().hits, 101u);  // GetIfPresent counts nothing.
+    EXPECT_EQ(cache.stats().hits, 102u);  // GetIfPresent counts nothing.
 
     // The K overloads find what the view stored, and the other way round.
     EXPECT_EQ(*cache.Get(CountedKey(text)), text + "#1");

@@ -1,8 +1,8 @@
 // One typed suite over the three ways to look a key up — `Get` (blocks),
 // `GetAsync` (a callback) and `Await` (a coroutine) — for every policy: the
-// behaviour they share is the same, counted the same. `Get` and `GetAsync`
-// run twice: with the `std::string` key, and with a `std::string_view` of it
-// (heterogeneous lookup, which must behave exactly alike). Loads run on a real
+// behaviour they share is the same, counted the same. Each runs twice: with
+// the `std::string` key, and with a `std::string_view` of it (heterogeneous
+// lookup, which must behave exactly alike). Loads run on a real
 // thread pool (GetAsync never runs a blocking loader on its caller's
 // thread); time moves only when a test says so.
 
@@ -111,6 +111,13 @@ Detached AwaitInto(
   promise->set_value(co_await cache.Await(key));
 }
 
+template <typename C>
+Detached AwaitViewInto(
+    C& cache, std::string key,
+    std::shared_ptr<std::promise<absl::StatusOr<std::string>>> promise) {
+  promise->set_value(co_await cache.Await(std::string_view(key)));
+}
+
 struct CoroutineAwait {
   template <typename C>
   static std::future<absl::StatusOr<std::string>> Start(C& cache,
@@ -119,6 +126,18 @@ struct CoroutineAwait {
         std::make_shared<std::promise<absl::StatusOr<std::string>>>();
     std::future<absl::StatusOr<std::string>> result = promise->get_future();
     AwaitInto(cache, std::move(key), promise);
+    return result;
+  }
+};
+
+struct ViewAwait {
+  template <typename C>
+  static std::future<absl::StatusOr<std::string>> Start(C& cache,
+                                                        std::string key) {
+    auto promise =
+        std::make_shared<std::promise<absl::StatusOr<std::string>>>();
+    std::future<absl::StatusOr<std::string>> result = promise->get_future();
+    AwaitViewInto(cache, std::move(key), promise);
     return result;
   }
 };
@@ -183,7 +202,9 @@ using Cases = ::testing::Types<
     Case<ViewGet, NaiveJitter>, Case<ViewGet, SingleFlight>,
     Case<ViewGet, XFetch>, Case<ViewGet, SoftTtl>,
     Case<ViewGetAsync, NaiveJitter>, Case<ViewGetAsync, SingleFlight>,
-    Case<ViewGetAsync, XFetch>, Case<ViewGetAsync, SoftTtl>>;
+    Case<ViewGetAsync, XFetch>, Case<ViewGetAsync, SoftTtl>,
+    Case<ViewAwait, NaiveJitter>, Case<ViewAwait, SingleFlight>,
+    Case<ViewAwait, XFetch>, Case<ViewAwait, SoftTtl>>;
 
 class CaseNames {
  public:
@@ -194,6 +215,7 @@ class CaseNames {
                       : std::is_same_v<A, CallbackGetAsync> ? "GetAsync"
                       : std::is_same_v<A, ViewGet>          ? "GetView"
                       : std::is_same_v<A, ViewGetAsync>     ? "GetAsyncView"
+                      : std::is_same_v<A, ViewAwait>        ? "AwaitView"
                                                             : "Await";
     std::string policy =
         std::is_same_v<typename C::P, NaiveJitter>    ? "NaiveJitter"

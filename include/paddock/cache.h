@@ -123,7 +123,10 @@ class Cache {
   // What `GetAsync` calls with a result.
   using Callback = absl::AnyInvocable<void(absl::StatusOr<V>) &&>;
 
-  class Awaiter;
+  // What `Await` returns: an awaiter that refers to a key of type `Q`.
+  template <typename Q>
+  class AwaiterFor;
+  using Awaiter = AwaiterFor<K>;
 
   // Throws `std::invalid_argument` naming the field and the value if
   // `options` or `policy` is invalid (see `Options::Validate()`), if
@@ -191,12 +194,12 @@ class Cache {
     return GetAny(key);
   }
 
-  // Whether `Get`, `GetAsync`, `GetIfPresent` and `Invalidate` take a `Q`
-  // in place of a K (heterogeneous lookup): `Hash` and `Eq` declare
-  // `is_transparent` and accept a `Q`, and a K can be made from it. The
-  // default ones do for `std::string` keys and any `Q` convertible to
-  // `std::string_view` (`paddock/key_hash.h`). `Hash` and `Eq` must treat a
-  // `Q` exactly as the K made from it.
+  // Whether `Get`, `GetAsync`, `Await`, `GetIfPresent` and `Invalidate`
+  // take a `Q` in place of a K (heterogeneous lookup): `Hash` and `Eq`
+  // declare `is_transparent` and accept a `Q`, and a K can be made from
+  // it. The default ones do for `std::string` keys and any `Q` convertible
+  // to `std::string_view` (`paddock/key_hash.h`). `Hash` and `Eq` must
+  // treat a `Q` exactly as the K made from it.
   template <typename Q>
   static constexpr bool kLooksUp = internal::LooksUpWith<Q, K, Hash, Eq>;
 
@@ -263,6 +266,12 @@ class Cache {
   // `paddock::AsyncGet` (`paddock/asio.h`) instead: it rejects foreign
   // awaiters.
   Awaiter Await(const K& key);
+  // The same for a key of another type (see `Get`): ready at once without
+  // making a K when the value is served at once.
+  template <typename Q>
+  AwaiterFor<Q> Await(const Q& key) requires kLooksUp<Q> {
+    return AwaiterFor<Q>(this, key);
+  }
 
   // Cache::GetAsync(), for a key of another type
   //
@@ -546,8 +555,10 @@ class Cache {
   std::optional<absl::StatusOr<V>> ServeNow(Shard& shard, const K& key,
                                             size_t hash);
   // The hit path and ServeNow, for GetAsync and Await.
-  std::optional<absl::StatusOr<V>> TryServeNow(const K& key);
-  std::optional<absl::StatusOr<V>> TryServeNow(Shard& shard, const K& key,
+  template <typename Q>
+  std::optional<absl::StatusOr<V>> TryServeNow(const Q& key);
+  template <typename Q>
+  std::optional<absl::StatusOr<V>> TryServeNow(Shard& shard, const Q& key,
                                                size_t hash);
   // The hit path with a prepared `record` and coarse `now`, for TryServeNow
   // and GetAsync: if `key`'s entry is in its quiet window, marks it
@@ -1034,10 +1045,11 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
 
 // What `Cache::Await` returns (see there).
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-class Cache<K, V, P, H, E>::Awaiter {
+template <typename Q>
+class Cache<K, V, P, H, E>::AwaiterFor {
  public:
-  Awaiter(const Awaiter&) = delete;
-  Awaiter& operator=(const Awaiter&) = delete;
+  AwaiterFor(const AwaiterFor&) = delete;
+  AwaiterFor& operator=(const AwaiterFor&) = delete;
 
   bool await_ready() {
     result_ = cache_->TryServeNow(*key_);
@@ -1057,10 +1069,10 @@ class Cache<K, V, P, H, E>::Awaiter {
 
  private:
   friend class Cache;
-  Awaiter(Cache* cache, const K& key) : cache_(cache), key_(&key) {}
+  AwaiterFor(Cache* cache, const Q& key) : cache_(cache), key_(&key) {}
 
   Cache* const cache_;
-  const K* const key_;
+  const Q* const key_;
   std::optional<absl::StatusOr<V>> result_;
   std::atomic<bool> second_{false};
   std::coroutine_handle<> handle_;
@@ -1244,15 +1256,17 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::ServeNow(Shard& shard,
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+template <typename Q>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
-    const K& key) {
+    const Q& key) {
   const size_t hash = HashOf(key);
   return TryServeNow(ShardFor(hash), key, hash);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+template <typename Q>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
-    Shard& shard, const K& key, size_t hash) {
+    Shard& shard, const Q& key, size_t hash) {
   // As in Get: what needs a call goes to TryServeNowUnprepared.
   internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
   const int64_t now = system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
