@@ -1,9 +1,8 @@
-// Heterogeneous lookup: `Get`, `GetAsync`, `Await`, `GetIfPresent` and
-// `Invalidate`
-// with a key of another type than K, for a transparent Hash and Eq. What
-// they share with the K overloads is tested in lookup_api_test.cc; here,
-// what is particular to them: a hit makes no K, anything else makes one,
-// and which key types are accepted at all.
+// Heterogeneous lookup: `Get`, `GetAsync`, `Await`, `GetIfPresent`, `Put`
+// and `Invalidate` with a key of another type than K, for a transparent
+// Hash and Eq. What they share with the K overloads is tested in
+// lookup_api_test.cc; here, what is particular to them: a hit makes no K,
+// anything else makes one, and which key types are accepted at all.
 
 #include <atomic>
 #include <coroutine>
@@ -141,6 +140,51 @@ TYPED_TEST(HeterogeneousLookupTest, AHitMakesNoKeyAndAMissMakesOne) {
   }
 }
 
+// Past the hit, a view makes its K once: a lookup by view makes as many
+// keys as one by a K the caller made for it (a miss, then a reload of the
+// expired entry), on either clock path.
+TYPED_TEST(HeterogeneousLookupTest, PastTheHitAViewMakesItsKeyOnce) {
+  for (Clock* clock :
+       {static_cast<Clock*>(nullptr), static_cast<Clock*>(&this->manual_)}) {
+    this->clock_ = clock;
+    auto cache = this->MakeCache();
+    const auto made_by = [](auto&& lookup) {
+      CountedKey::made = 0;
+      lookup();
+      return CountedKey::made.load();
+    };
+    const auto by_key = [&](const char* key) {
+      return made_by([&] { EXPECT_TRUE(cache.Get(CountedKey(key)).ok()); });
+    };
+    const auto by_view = [&](const char* key) {
+      return made_by(
+          [&] { EXPECT_TRUE(cache.Get(std::string_view(key)).ok()); });
+    };
+    const auto async_by_key = [&](const char* key) {
+      return made_by([&] {
+        cache.GetAsync(CountedKey(key),
+                       [](const absl::StatusOr<std::string>&) {});
+      });
+    };
+    const auto async_by_view = [&](const char* key) {
+      return made_by([&] {
+        cache.GetAsync(std::string_view(key),
+                       [](const absl::StatusOr<std::string>&) {});
+      });
+    };
+    EXPECT_EQ(by_view("a"), by_key("b"));  // Misses.
+    cache.InvalidateAll();                 // Not a hit either: entries gone.
+    EXPECT_EQ(async_by_view("a"), async_by_key("b"));
+    this->pool_.RunAll();
+    EXPECT_EQ(by_view("a"), 0);  // Hits now.
+    EXPECT_EQ(async_by_view("a"), 0);
+    if (clock == &this->manual_) {
+      this->manual_.Advance(absl::Hours(1));  // Both entries expire.
+      EXPECT_EQ(by_view("a"), by_key("b"));
+    }
+  }
+}
+
 TYPED_TEST(HeterogeneousLookupTest, InvalidateByViewDropsTheKey) {
   auto cache = this->MakeCache();
   EXPECT_EQ(*cache.Get(std::string_view("k")), "k#1");
@@ -148,6 +192,14 @@ TYPED_TEST(HeterogeneousLookupTest, InvalidateByViewDropsTheKey) {
   EXPECT_EQ(cache.GetIfPresent(std::string_view("k")), std::nullopt);
   EXPECT_EQ(*cache.Get(std::string_view("k")), "k#2");
   EXPECT_EQ(cache.size(), 1u);
+}
+
+TYPED_TEST(HeterogeneousLookupTest, PutByViewStoresUnderTheKey) {
+  auto cache = this->MakeCache();
+  cache.Put(std::string_view("k"), "put");
+  EXPECT_EQ(*cache.Get(CountedKey("k")), "put");
+  EXPECT_EQ(*cache.Get(std::string_view("k")), "put");
+  EXPECT_EQ(this->loads_, 0);
 }
 
 TYPED_TEST(HeterogeneousLookupTest, AMissByViewGivesTheLoaderTheFullKey) {
@@ -175,6 +227,22 @@ TEST(HeterogeneousLookupDefaults, AStringKeyedCacheLooksUpByViewAndLiteral) {
   EXPECT_EQ(*cache.Get(pointer), 9);
   EXPECT_EQ(loads, 1);
   EXPECT_EQ(cache.stats().hits, 3u);
+}
+
+// The default string hash is absl's, seeded per process, for every way of
+// spelling the key: not std::hash (unseeded, so that chosen keys collide),
+// which is what absl::Hash<std::string_view> falls back to when abseil has
+// a string_view of its own.
+TEST(HeterogeneousLookupDefaults, TheStringHashIsAbslsHashOfTheString) {
+  for (const std::string& key :
+       {std::string(), std::string("k"), std::string("member:page:0:size:10"),
+        std::string("nul\0inside", 10)}) {
+    const size_t expected = absl::Hash<std::string>()(key);
+    EXPECT_EQ(StringKeyHash()(key), expected);
+    EXPECT_EQ(StringKeyHash()(std::string_view(key)), expected);
+    EXPECT_EQ(KeyHash<std::string_view>()(std::string_view(key)), expected);
+  }
+  EXPECT_EQ(StringKeyHash()("literal"), absl::Hash<std::string>()("literal"));
 }
 
 // Which key types each cache takes. Checked at compile time, reported here.

@@ -194,9 +194,9 @@ class Cache {
     return GetAny(key);
   }
 
-  // Whether `Get`, `GetAsync`, `Await`, `GetIfPresent` and `Invalidate`
-  // take a `Q` in place of a K (heterogeneous lookup): `Hash` and `Eq`
-  // declare `is_transparent` and accept a `Q`, and a K can be made from
+  // Whether `Get`, `GetAsync`, `Await`, `GetIfPresent`, `Put` and
+  // `Invalidate` take a `Q` in place of a K (heterogeneous lookup): `Hash` and
+  // `Eq` declare `is_transparent` and accept a `Q`, and a K can be made from
   // it. The default ones do for `std::string` keys and any `Q` convertible
   // to `std::string_view` (`paddock/key_hash.h`). `Hash` and `Eq` must
   // treat a `Q` exactly as the K made from it.
@@ -308,6 +308,11 @@ class Cache {
   // Thread-safe; takes the key's shard lock briefly; with a shared tier,
   // blocks for one call to it (bounded by its I/O timeout).
   void Put(const K& key, V value);
+  // `Put(K(key), value)`, for a key of another type (see `Get`).
+  template <typename Q>
+  void Put(const Q& key, V value) requires kLooksUp<Q> {
+    Put(K(key), std::move(value));
+  }
 
   // Cache::Invalidate()
   //
@@ -576,6 +581,15 @@ class Cache {
       out.emplace(n->value());
     }
     return n != nullptr;
+  }
+  // TakeHit where the prepared hit path could not look (see
+  // GetUnprepared): acquires the record and reads the cache's clock first.
+  template <typename Q>
+  ABSL_ATTRIBUTE_NOINLINE bool TakeHitUnprepared(
+      Shard& shard, const Q& key, size_t hash,
+      std::optional<absl::StatusOr<V>>& out) {
+    return TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
+                   HitNowNanos(), out);
   }
   // TryServeNow where its hit path could not look (see GetUnprepared).
   template <typename Q>
@@ -1212,11 +1226,18 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
                                                       size_t hash) {
   // This acquires the record, reads this cache's clock (on the system clock,
   // CoarseNowNanos starts or retries the ticker) and takes the hit.
-  if (std::optional<absl::StatusOr<V>> now =
-          TryServeNowUnprepared(shard, key, hash)) {
-    return *std::move(now);
+  std::optional<absl::StatusOr<V>> now;
+  const bool found = TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
+                             HitNowNanos(), now);
+  if (now.has_value()) return *std::move(now);
+  // Past the hit, a key of another type becomes a K once, for both calls.
+  decltype(auto) k = KeyOf(key);
+  if (found) {
+    if (std::optional<absl::StatusOr<V>> served = ServeNow(shard, k, hash)) {
+      return *std::move(served);
+    }
   }
-  return GetSlow(shard, KeyOf(key), hash);
+  return GetSlow(shard, k, hash);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1288,8 +1309,7 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNowUnprepared(
     Shard& shard, const Q& key, size_t hash) {
   // The same hit, with the calls the prepared path avoids.
   std::optional<absl::StatusOr<V>> result;
-  const bool found = TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
-                             HitNowNanos(), result);
+  const bool found = TakeHitUnprepared(shard, key, hash, result);
   // Nothing to serve without an entry: the caller's locked path looks again.
   if (!result.has_value() && found) {
     result = ServeNow(shard, KeyOf(key), hash);
@@ -1313,23 +1333,27 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
   const int64_t coarse =
       system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
   std::optional<absl::StatusOr<V>> now;
+  bool found;
   if (record == nullptr || coarse == 0) [[unlikely]] {
-    now = TryServeNowUnprepared(shard, key, hash);
-  } else if (TakeHit(shard, key, hash, record, coarse, now) &&
-             !now.has_value()) {
-    // An entry past its quiet window.
-    now = ServeNow(shard, KeyOf(key), hash);
+    found = TakeHitUnprepared(shard, key, hash, now);
+  } else {
+    found = TakeHit(shard, key, hash, record, coarse, now);
   }
-  if (now.has_value()) {
-    try {
-      std::forward<F>(done)(*std::move(now));
-    } catch (...) {
-      // Documented: a callback's exception is dropped.
+  if (!now.has_value()) {
+    // Past the hit, a key of another type becomes a K once, for both calls.
+    decltype(auto) k = KeyOf(key);
+    if (found) now = ServeNow(shard, k, hash);  // Past its quiet window.
+    if (!now.has_value()) {
+      // A Callback is moved on; any other callable is wrapped now, to wait.
+      GetAsyncMiss(shard, k, hash, Callback(std::forward<F>(done)));
+      return;
     }
-    return;
   }
-  // A Callback is moved on; any other callable is wrapped now, to wait.
-  GetAsyncMiss(shard, KeyOf(key), hash, Callback(std::forward<F>(done)));
+  try {
+    std::forward<F>(done)(*std::move(now));
+  } catch (...) {
+    // Documented: a callback's exception is dropped.
+  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

@@ -22,15 +22,22 @@
 #include <string_view>
 
 #include "absl/hash/hash.h"
+#include "absl/strings/string_view.h"
 
 namespace paddock {
 
-// Hashes a string key through `std::string_view`, so that a `std::string`
-// and a view of the same characters hash alike. Thread-safe (stateless).
+// Hashes a string key as `absl::Hash<std::string>` does, for a
+// `std::string` and any view of the same characters alike. Thread-safe
+// (stateless).
 struct StringKeyHash {
   using is_transparent = void;
   size_t operator()(std::string_view key) const {
-    return absl::Hash<std::string_view>()(key);
+    // Through absl::string_view, not std::string_view: an abseil built with
+    // its own string_view (Debian's) hashes a std::string_view by
+    // std::hash, unseeded, so that keys an attacker picks could all
+    // collide. absl::string_view gets absl's own seeded hash.
+    return absl::Hash<absl::string_view>()(
+        absl::string_view(key.data(), key.size()));
   }
 };
 
