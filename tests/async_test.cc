@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "eager_coroutine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
@@ -673,15 +674,7 @@ TEST_F(AsyncTest, ACompletionCalledAfterTheCacheIsGoneIsIgnored) {
 
 // -- Await, in a minimal coroutine type.
 
-struct Task {
-  struct promise_type {
-    Task get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
+using Task = testing::EagerCoroutine;
 
 Task AwaitInto(StringCache& cache, std::string key,
                std::optional<absl::StatusOr<std::string>>* out) {

@@ -5,9 +5,7 @@
 // anything else makes one, and which key types are accepted at all.
 
 #include <atomic>
-#include <coroutine>
 #include <cstddef>
-#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "eager_coroutine.h"
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
 #include "paddock/clock.h"
@@ -62,20 +61,10 @@ struct CountedEq {
   }
 };
 
-// A coroutine that starts at once and stores what it awaited.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
-
 template <typename C>
-Detached AwaitInto(C& cache, std::string_view key,
-                   std::optional<absl::StatusOr<std::string>>& out) {
+testing::EagerCoroutine AwaitInto(
+    C& cache, std::string_view key,
+    std::optional<absl::StatusOr<std::string>>& out) {
   out = co_await cache.Await(key);
 }
 

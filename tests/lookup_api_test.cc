@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "eager_coroutine.h"
 #include "fake_shared_tier.h"
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
@@ -35,19 +36,31 @@ namespace paddock {
 namespace {
 
 using ::paddock::testing::Counter;
+using ::paddock::testing::EagerCoroutine;
 using ::paddock::testing::Gate;
 
-// -- The three lookup APIs, each turned into "start a lookup, get a future".
+// -- The three lookup APIs, each turned into "start a lookup, get a future",
+// each given the key as the std::string it is or as a view of it.
 
+struct AsKey {
+  static const std::string& Of(const std::string& key) { return key; }
+};
+struct AsView {
+  static std::string_view Of(const std::string& key) { return key; }
+};
+
+template <typename As>
 struct BlockingGet {
   template <typename C>
   static std::future<absl::StatusOr<std::string>> Start(C& cache,
                                                         std::string key) {
-    return std::async(std::launch::async,
-                      [&cache, key] { return cache.Get(key); });
+    return std::async(std::launch::async, [&cache, key = std::move(key)] {
+      return cache.Get(As::Of(key));
+    });
   }
 };
 
+template <typename As>
 struct CallbackGetAsync {
   template <typename C>
   static std::future<absl::StatusOr<std::string>> Start(C& cache,
@@ -55,69 +68,25 @@ struct CallbackGetAsync {
     auto promise =
         std::make_shared<std::promise<absl::StatusOr<std::string>>>();
     std::future<absl::StatusOr<std::string>> result = promise->get_future();
-    cache.GetAsync(key, [promise](absl::StatusOr<std::string> v) {
+    // The key dies before the callback may run: GetAsync promises that it
+    // need only live until it returns.
+    auto owned = std::make_unique<std::string>(std::move(key));
+    cache.GetAsync(As::Of(*owned), [promise](absl::StatusOr<std::string> v) {
       promise->set_value(std::move(v));
     });
-    return result;
-  }
-};
-
-// The same two with a std::string_view of the key: the lookup makes no
-// std::string unless it has to load.
-struct ViewGet {
-  template <typename C>
-  static std::future<absl::StatusOr<std::string>> Start(C& cache,
-                                                        std::string key) {
-    return std::async(std::launch::async, [&cache, key = std::move(key)] {
-      return cache.Get(std::string_view(key));
-    });
-  }
-};
-
-struct ViewGetAsync {
-  template <typename C>
-  static std::future<absl::StatusOr<std::string>> Start(C& cache,
-                                                        std::string key) {
-    auto promise =
-        std::make_shared<std::promise<absl::StatusOr<std::string>>>();
-    std::future<absl::StatusOr<std::string>> result = promise->get_future();
-    // The view dies before the callback may run: GetAsync promises that the
-    // key need only live until it returns.
-    auto owned = std::make_unique<std::string>(std::move(key));
-    cache.GetAsync(std::string_view(*owned),
-                   [promise](absl::StatusOr<std::string> v) {
-                     promise->set_value(std::move(v));
-                   });
     owned.reset();
     return result;
   }
 };
 
-// A coroutine that starts at once and writes its result to a promise.
-struct Detached {
-  struct promise_type {
-    Detached get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-};
-
-template <typename C>
-Detached AwaitInto(
+template <typename As, typename C>
+EagerCoroutine AwaitInto(
     C& cache, std::string key,
     std::shared_ptr<std::promise<absl::StatusOr<std::string>>> promise) {
-  promise->set_value(co_await cache.Await(key));
+  promise->set_value(co_await cache.Await(As::Of(key)));
 }
 
-template <typename C>
-Detached AwaitViewInto(
-    C& cache, std::string key,
-    std::shared_ptr<std::promise<absl::StatusOr<std::string>>> promise) {
-  promise->set_value(co_await cache.Await(std::string_view(key)));
-}
-
+template <typename As>
 struct CoroutineAwait {
   template <typename C>
   static std::future<absl::StatusOr<std::string>> Start(C& cache,
@@ -125,19 +94,7 @@ struct CoroutineAwait {
     auto promise =
         std::make_shared<std::promise<absl::StatusOr<std::string>>>();
     std::future<absl::StatusOr<std::string>> result = promise->get_future();
-    AwaitInto(cache, std::move(key), promise);
-    return result;
-  }
-};
-
-struct ViewAwait {
-  template <typename C>
-  static std::future<absl::StatusOr<std::string>> Start(C& cache,
-                                                        std::string key) {
-    auto promise =
-        std::make_shared<std::promise<absl::StatusOr<std::string>>>();
-    std::future<absl::StatusOr<std::string>> result = promise->get_future();
-    AwaitViewInto(cache, std::move(key), promise);
+    AwaitInto<As>(cache, std::move(key), promise);
     return result;
   }
 };
@@ -193,36 +150,48 @@ class LookupApi : public ::testing::Test {
 };
 
 using Cases = ::testing::Types<
-    Case<BlockingGet, NaiveJitter>, Case<BlockingGet, SingleFlight>,
-    Case<BlockingGet, XFetch>, Case<BlockingGet, SoftTtl>,
-    Case<CallbackGetAsync, NaiveJitter>, Case<CallbackGetAsync, SingleFlight>,
-    Case<CallbackGetAsync, XFetch>, Case<CallbackGetAsync, SoftTtl>,
-    Case<CoroutineAwait, NaiveJitter>, Case<CoroutineAwait, SingleFlight>,
-    Case<CoroutineAwait, XFetch>, Case<CoroutineAwait, SoftTtl>,
-    Case<ViewGet, NaiveJitter>, Case<ViewGet, SingleFlight>,
-    Case<ViewGet, XFetch>, Case<ViewGet, SoftTtl>,
-    Case<ViewGetAsync, NaiveJitter>, Case<ViewGetAsync, SingleFlight>,
-    Case<ViewGetAsync, XFetch>, Case<ViewGetAsync, SoftTtl>,
-    Case<ViewAwait, NaiveJitter>, Case<ViewAwait, SingleFlight>,
-    Case<ViewAwait, XFetch>, Case<ViewAwait, SoftTtl>>;
+    Case<BlockingGet<AsKey>, NaiveJitter>,
+    Case<BlockingGet<AsKey>, SingleFlight>, Case<BlockingGet<AsKey>, XFetch>,
+    Case<BlockingGet<AsKey>, SoftTtl>, Case<BlockingGet<AsView>, NaiveJitter>,
+    Case<BlockingGet<AsView>, SingleFlight>, Case<BlockingGet<AsView>, XFetch>,
+    Case<BlockingGet<AsView>, SoftTtl>,
+    Case<CallbackGetAsync<AsKey>, NaiveJitter>,
+    Case<CallbackGetAsync<AsKey>, SingleFlight>,
+    Case<CallbackGetAsync<AsKey>, XFetch>,
+    Case<CallbackGetAsync<AsKey>, SoftTtl>,
+    Case<CallbackGetAsync<AsView>, NaiveJitter>,
+    Case<CallbackGetAsync<AsView>, SingleFlight>,
+    Case<CallbackGetAsync<AsView>, XFetch>,
+    Case<CallbackGetAsync<AsView>, SoftTtl>,
+    Case<CoroutineAwait<AsKey>, NaiveJitter>,
+    Case<CoroutineAwait<AsKey>, SingleFlight>,
+    Case<CoroutineAwait<AsKey>, XFetch>, Case<CoroutineAwait<AsKey>, SoftTtl>,
+    Case<CoroutineAwait<AsView>, NaiveJitter>,
+    Case<CoroutineAwait<AsView>, SingleFlight>,
+    Case<CoroutineAwait<AsView>, XFetch>,
+    Case<CoroutineAwait<AsView>, SoftTtl>>;
+
+template <typename A, template <typename> class Api>
+constexpr bool kIs =
+    std::is_same_v<A, Api<AsKey>> || std::is_same_v<A, Api<AsView>>;
 
 class CaseNames {
  public:
   template <typename C>
   static std::string GetName(int) {
     using A = typename C::A;
-    std::string api = std::is_same_v<A, BlockingGet>        ? "Get"
-                      : std::is_same_v<A, CallbackGetAsync> ? "GetAsync"
-                      : std::is_same_v<A, ViewGet>          ? "GetView"
-                      : std::is_same_v<A, ViewGetAsync>     ? "GetAsyncView"
-                      : std::is_same_v<A, ViewAwait>        ? "AwaitView"
-                                                            : "Await";
+    const std::string api = kIs<A, BlockingGet>        ? "Get"
+                            : kIs<A, CallbackGetAsync> ? "GetAsync"
+                                                       : "Await";
+    const bool view = std::is_same_v<A, BlockingGet<AsView>> ||
+                      std::is_same_v<A, CallbackGetAsync<AsView>> ||
+                      std::is_same_v<A, CoroutineAwait<AsView>>;
     std::string policy =
         std::is_same_v<typename C::P, NaiveJitter>    ? "NaiveJitter"
         : std::is_same_v<typename C::P, SingleFlight> ? "SingleFlight"
         : std::is_same_v<typename C::P, XFetch>       ? "XFetch"
                                                       : "SoftTtl";
-    return api + "_" + policy;
+    return api + (view ? "View" : "") + "_" + policy;
   }
 };
 TYPED_TEST_SUITE(LookupApi, Cases, CaseNames);
