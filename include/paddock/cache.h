@@ -591,10 +591,6 @@ class Cache {
     return TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
                    HitNowNanos(), out);
   }
-  // TryServeNow where its hit path could not look (see GetUnprepared).
-  template <typename Q>
-  ABSL_ATTRIBUTE_NOINLINE std::optional<absl::StatusOr<V>>
-  TryServeNowUnprepared(Shard& shard, const Q& key, size_t hash);
   // Every GetAsync overload: `done` is a Callback or any callable one can
   // hold, called directly when the value is served at once; `key` a K or a
   // Q with kLooksUp<Q>.
@@ -1288,28 +1284,13 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 template <typename Q>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
     Shard& shard, const Q& key, size_t hash) {
-  // As in Get: what needs a call goes to TryServeNowUnprepared.
+  // As in Get: what needs a call goes to TakeHitUnprepared.
   internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
   const int64_t now = system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
-  if (record == nullptr || now == 0) [[unlikely]] {
-    return TryServeNowUnprepared(shard, key, hash);
-  }
   std::optional<absl::StatusOr<V>> result;
-  const bool found = TakeHit(shard, key, hash, record, now, result);
-  // Nothing to serve without an entry: the caller's locked path looks again.
-  if (!result.has_value() && found) {
-    result = ServeNow(shard, KeyOf(key), hash);
-  }
-  return result;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-template <typename Q>
-std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNowUnprepared(
-    Shard& shard, const Q& key, size_t hash) {
-  // The same hit, with the calls the prepared path avoids.
-  std::optional<absl::StatusOr<V>> result;
-  const bool found = TakeHitUnprepared(shard, key, hash, result);
+  const bool found = record == nullptr || now == 0
+                         ? TakeHitUnprepared(shard, key, hash, result)
+                         : TakeHit(shard, key, hash, record, now, result);
   // Nothing to serve without an entry: the caller's locked path looks again.
   if (!result.has_value() && found) {
     result = ServeNow(shard, KeyOf(key), hash);
