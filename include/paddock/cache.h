@@ -139,6 +139,17 @@ class Cache {
   // the completion, within `wait_timeout`), and `GetAsync` never blocks.
   explicit Cache(AsyncLoader loader, Options options = {}, Policy policy = {});
 
+  // As above, with the `hash` and `eq` this cache calls, in place of
+  // default-made ones: a hash with a seed or a table of its own, a
+  // comparison with a parameter (neither need be default-constructible).
+  // The cache keeps them for its lifetime and calls them concurrently, as
+  // const objects, from any thread; equal keys must hash alike. With
+  // `Options::shared`, keys that `eq` finds equal should also encode alike
+  // (`paddock::Codec<K>`): the tier tells them apart by their bytes.
+  Cache(Loader loader, Options options, Policy policy, Hash hash, Eq eq = Eq());
+  Cache(AsyncLoader loader, Options options, Policy policy, Hash hash,
+        Eq eq = Eq());
+
   // Blocks until background loads of this cache that are running have
   // returned; queued ones are dropped without calling the loader. A load
   // waiting for another process's fill (Options::shared) stops waiting, with
@@ -345,6 +356,13 @@ class Cache {
   // one instant.
   Stats stats() const { return recorder_.Snapshot(); }
 
+  // Cache::hash_function(), Cache::key_eq()
+  //
+  // Return copies of the `Hash` and `Eq` this cache calls, as the standard
+  // containers do. Thread-safe: they never change.
+  Hash hash_function() const { return hash_; }
+  Eq key_eq() const { return eq_; }
+
   // Cache::loads_in_flight()
   //
   // Returns the number of keys with a coalesced load (foreground or
@@ -431,8 +449,8 @@ class Cache {
 
   static constexpr bool kShareable = internal::kShareable<K, V>;
 
-  Cache(Loader loader, AsyncLoader async_loader, Options options,
-        Policy policy);
+  Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
+        Hash hash, Eq eq);
 
   static Options Resolve(Options options);
   static bool FiniteAndNotNegative(const Lifetime& life) {
@@ -759,8 +777,8 @@ class Cache {
   Clock* const clock_;
   const bool system_clock_;
   const int64_t max_load_age_;
-  const Hash hash_{};
-  const Eq eq_{};
+  const Hash hash_;
+  const Eq eq_;
   const size_t shard_count_;
   std::unique_ptr<Shard[]> shards_;
   mutable Random rng_;
@@ -1110,16 +1128,28 @@ Options Cache<K, V, P, H, E>::Resolve(Options options) {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
     : Cache(std::move(loader), AsyncLoader(), std::move(options),
-            std::move(policy)) {}
+            std::move(policy), H(), E()) {}
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::Cache(AsyncLoader loader, Options options, P policy)
-    : Cache(Loader(), std::move(loader), std::move(options),
-            std::move(policy)) {}
+    : Cache(Loader(), std::move(loader), std::move(options), std::move(policy),
+            H(), E()) {}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy, H hash,
+                            E eq)
+    : Cache(std::move(loader), AsyncLoader(), std::move(options),
+            std::move(policy), std::move(hash), std::move(eq)) {}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+Cache<K, V, P, H, E>::Cache(AsyncLoader loader, Options options, P policy,
+                            H hash, E eq)
+    : Cache(Loader(), std::move(loader), std::move(options), std::move(policy),
+            std::move(hash), std::move(eq)) {}
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
-                            Options options, P policy)
+                            Options options, P policy, H hash, E eq)
     : loader_(std::move(loader)),
       async_loader_(std::move(async_loader)),
       options_(Resolve(std::move(options))),
@@ -1127,6 +1157,8 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
       clock_(options_.clock),
       system_clock_(clock_ == SystemClock::Get()),
       max_load_age_(internal::ToNanosSaturated(options_.max_load_age)),
+      hash_(std::move(hash)),
+      eq_(std::move(eq)),
       shard_count_(static_cast<size_t>(options_.shards)),
       shards_(new Shard[shard_count_]),
       rng_(internal::SeedOrRandom(options_.seed),
@@ -1157,6 +1189,7 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
   const size_t extra = options_.max_entries % shard_count_;
   for (size_t i = 0; i < shard_count_; ++i) {
     shards_[i].set_capacity(base + (i < extra ? 1 : 0), fixed_times_);
+    shards_[i].set_key_eq(&eq_);
   }
   if (tier_ != nullptr) {
     if constexpr (kShareable) {

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cassert>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -69,15 +70,29 @@ class InFlightSet {
   // Registrations kept in the array before the set spills over.
   static constexpr size_t kInline = 4;
 
-  InFlightSet() = default;
+  // Compares keys with `*eq`, which must outlive the set (the cache's own
+  // Eq: a stateful one is never copied, nor called while default-made).
+  explicit InFlightSet(const Eq* eq)
+      : eq_(eq), overflow_(0, Hash(), KeyEq{eq}) {}
+  // With a default-made Eq, shared by every set of this type; with an Eq
+  // that cannot be default-made, call set_key_eq() before first use.
+  InFlightSet() : InFlightSet(DefaultEq()) {}
   InFlightSet(const InFlightSet&) = delete;
   InFlightSet& operator=(const InFlightSet&) = delete;
+
+  // Compares keys with `*eq` from now on. Only while the set is empty.
+  void set_key_eq(const Eq* eq) {
+    assert(size() == 0);
+    eq_ = eq;
+    overflow_ = Overflow(0, Hash(), KeyEq{eq});
+  }
+  const Eq* key_eq() const { return eq_; }
 
   // The registration of `key` (of `hash`), or nullptr. Valid until the set
   // next changes.
   Entry* Find(const K& key, size_t hash) {
     for (size_t i = 0; i < inline_size_; ++i) {
-      if (inline_[i].hash == hash && Eq()(*inline_[i].key, key)) {
+      if (inline_[i].hash == hash && (*eq_)(*inline_[i].key, key)) {
         return &inline_[i];
       }
     }
@@ -145,8 +160,9 @@ class InFlightSet {
 
   size_t size() const { return inline_size_ + overflow_.size(); }
 
-  // Exchanges the registrations of two sets.
+  // Exchanges the registrations of two sets; each keeps its Eq.
   void swap(InFlightSet& other) {
+    assert(eq_ == other.eq_);  // The spill sets' comparisons move with them.
     std::swap(inline_, other.inline_);
     std::swap(inline_size_, other.inline_size_);
     overflow_.swap(other.overflow_);
@@ -179,15 +195,30 @@ class InFlightSet {
     static const K& KeyOf(const Key& k) { return *k.key; }
     template <typename A, typename B>
     bool operator()(const A& a, const B& b) const {
-      return a.hash == b.hash && Eq()(KeyOf(a), KeyOf(b));
+      return a.hash == b.hash && (*eq)(KeyOf(a), KeyOf(b));
     }
     bool operator()(const Entry& e, const At& a) const { return &e == a.r; }
     bool operator()(const At& a, const Entry& e) const { return &e == a.r; }
+    const Eq* eq;
   };
+  using Overflow = absl::flat_hash_set<Entry, Hash, KeyEq>;
 
+  // A default-made Eq for the sets that are given none; nullptr (set one
+  // before use) where Eq cannot be default-made.
+  static const Eq* DefaultEq() {
+    if constexpr (std::default_initializable<Eq>) {
+      // Never destroyed: a set may outlive static destruction's order.
+      static const Eq* const kDefault = new Eq();
+      return kDefault;
+    } else {
+      return nullptr;
+    }
+  }
+
+  const Eq* eq_;
   std::array<Entry, kInline> inline_{};  // [0, inline_size_) in use.
   size_t inline_size_ = 0;
-  absl::flat_hash_set<Entry, Hash, KeyEq> overflow_;
+  Overflow overflow_;
 };
 
 }  // namespace paddock::internal

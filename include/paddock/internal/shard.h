@@ -96,6 +96,11 @@ class alignas(64) Shard {
     capacity_ = capacity;
     fixed_ = fixed;
   }
+  // Compares the keys of loads in flight with `*eq` (which must outlive the
+  // shard) instead of a default-made Eq; before first use.
+  void set_key_eq(const Eq* eq) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    in_flight_.set_key_eq(eq);
+  }
 
   // The entry for `key` (a K, or any key `eq` compares with one), or
   // nullptr. Lock-free: call inside an EpochGuard (or holding the mutex).
@@ -263,7 +268,7 @@ class alignas(64) Shard {
 
   // DropFlight for every key.
   void DropAllFlights(Writer& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    w.dropped_set_.emplace().swap(in_flight_);
+    w.dropped_set_.emplace(in_flight_.key_eq()).swap(in_flight_);
   }
 
   // Loads registered and not done.
