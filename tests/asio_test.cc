@@ -33,6 +33,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <variant>
@@ -70,6 +71,15 @@ asio::awaitable<void> GetInto(StringCache& cache, std::string key,
                               Outcome* out) {
   Result result = co_await AsyncGet(cache, key, asio::use_awaitable);
   out->result = std::move(result);
+  ++out->completions;
+}
+
+// Looks `*text` up by a view of it, and changes it before the co_await.
+asio::awaitable<void> GetByViewThenOverwrite(StringCache& cache,
+                                             std::string* text, Outcome* out) {
+  auto lookup = AsyncGet(cache, std::string_view(*text), asio::use_awaitable);
+  *text = "x";
+  out->result = co_await std::move(lookup);
   ++out->completions;
 }
 
@@ -174,6 +184,22 @@ TEST_F(AsioTest, UseFutureGetsTheValue) {
   EXPECT_EQ(*cold.get(), "k#1");
   std::future<Result> hot = AsyncGet(cache, "k", asio::use_future);
   EXPECT_EQ(*hot.get(), "k#1");
+  EXPECT_EQ(loads_, 1);
+}
+
+// The awaitable starts the lookup only at the co_await, after the
+// characters the view showed have changed: the key was made at the call.
+TEST_F(AsioTest, AViewKeyIsCopiedAtTheCallNotWhenTheLookupStarts) {
+  StringCache cache(Loader(), options_);
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  asio::io_context io;
+  Outcome outcome;
+  std::string text = "k";
+  asio::co_spawn(io, GetByViewThenOverwrite(cache, &text, &outcome),
+                 asio::detached);
+  io.run();
+  ASSERT_EQ(outcome.completions, 1);
+  EXPECT_EQ(**outcome.result, "k#1");
   EXPECT_EQ(loads_, 1);
 }
 

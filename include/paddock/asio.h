@@ -102,6 +102,16 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E,
 auto AsyncGet(Cache<K, V, P, H, E>& cache, const std::type_identity_t<K>& key,
               CompletionToken&& token);
 
+// As above, for a key of another type that the cache looks up by
+// (`Cache::kLooksUp<Q>`: a `std::string_view` for a `std::string` key). The
+// K is made at once, so a view need not outlive the call even where the
+// operation starts later (`use_awaitable`, deferred tokens).
+template <typename K, typename V, RefreshPolicy P, typename H, typename E,
+          typename Q,
+          ASIO_COMPLETION_TOKEN_FOR(void(absl::StatusOr<V>)) CompletionToken>
+requires Cache<K, V, P, H, E>::template kLooksUp<Q> auto AsyncGet(
+    Cache<K, V, P, H, E>& cache, const Q& key, CompletionToken&& token);
+
 // ---------------------------------------------------------------------------
 // Implementation.
 
@@ -282,6 +292,14 @@ auto AsyncGet(Cache<K, V, P, H, E>& cache, const std::type_identity_t<K>& key,
               CompletionToken&& token) {
   return asio::async_initiate<CompletionToken, void(absl::StatusOr<V>)>(
       asio_internal::InitiateAsyncGet<K, V, P, H, E>{&cache}, token, key);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E,
+          typename Q,
+          ASIO_COMPLETION_TOKEN_FOR(void(absl::StatusOr<V>)) CompletionToken>
+requires Cache<K, V, P, H, E>::template kLooksUp<Q> auto AsyncGet(
+    Cache<K, V, P, H, E>& cache, const Q& key, CompletionToken&& token) {
+  return paddock::AsyncGet(cache, K(key), std::forward<CompletionToken>(token));
 }
 
 }  // namespace paddock
