@@ -272,5 +272,20 @@ TEST(HeterogeneousLookupDefaults, TheAcceptedKeyTypesAreCheckedAtCompileTime) {
   SUCCEED() << "see the static_asserts above";
 }
 
+// The methods are overloaded for other key types, so `auto` cannot take one's
+// address; naming its type can, as the header says.
+TEST(HeterogeneousLookupDefaults, AMethodsAddressIsTakenWithItsTypeNamed) {
+  using C = Cache<std::string, int>;
+  std::optional<int> (C::*get_if_present)(const std::string&) const =
+      &C::GetIfPresent;
+  void (C::*put)(const std::string&, int) = &C::Put;
+  void (C::*invalidate)(const std::string&) = &C::Invalidate;
+  C cache([](const std::string&) -> absl::StatusOr<int> { return 1; });
+  (cache.*put)("k", 2);
+  EXPECT_EQ((cache.*get_if_present)("k"), 2);
+  (cache.*invalidate)("k");
+  EXPECT_EQ((cache.*get_if_present)("k"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace paddock

@@ -210,7 +210,10 @@ class Cache {
   // `Eq` declare `is_transparent` and accept a `Q`, and a K can be made from
   // it. The default ones do for `std::string` keys and any `Q` convertible
   // to `std::string_view` (`paddock/key_hash.h`). `Hash` and `Eq` must
-  // treat a `Q` exactly as the K made from it.
+  // treat a `Q` exactly as the K made from it. These methods are overloaded
+  // for it, as absl's containers' are, so name the type to take the address
+  // of one: `std::optional<V> (Cache::*get)(const K&) const =
+  // &Cache::GetIfPresent;` (`auto` cannot pick among overloads).
   template <typename Q>
   static constexpr bool kLooksUp = internal::LooksUpWith<Q, K, Hash, Eq>;
 
