@@ -169,7 +169,9 @@ class RedisTier final : public SharedTier {
 
   // Stops the background threads and closes every connection. A lease still
   // held is left to lapse after at most `lease_for`. Subscriptions may
-  // outlive the tier; they receive nothing more.
+  // outlive the tier; they receive nothing more. Waits for a callback in
+  // progress to return, unless run by one (see `Subscribe`): the
+  // subscription thread then ends once that callback returns.
   ~RedisTier() override;
 
   RedisTier(const RedisTier&) = delete;
@@ -228,7 +230,8 @@ class RedisTier final : public SharedTier {
   // `SharedTier::Subscribe`. The id mixes random bits with the process id,
   // so ids differ across processes. Callbacks run on the tier's subscription
   // thread. A subscription may be destroyed from its own callback; it then
-  // does not wait for that callback to return.
+  // does not wait for that callback to return. A callback may also drop the
+  // last reference to the tier (to reconnect, say), destroying it.
   std::unique_ptr<Subscription> Subscribe(Subscriber* subscriber) override;
 
   // RedisTier::max_value_bytes()

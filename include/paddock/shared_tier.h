@@ -172,7 +172,9 @@ class SharedTier {
   // at a time per subscription; they must be quick, must not call back
   // into the tier synchronously, and should not throw: one that throws out
   // of OnInvalidate is given OnMissedInvalidations instead (by the tiers
-  // paddock provides), and an exception out of that is dropped.
+  // paddock provides), and an exception out of that is dropped. Whether one
+  // may destroy the tier (drop the last reference to it) is the tier's to
+  // say; `RedisTier` allows it.
   class Subscriber {
    public:
     virtual ~Subscriber() = default;

@@ -8,19 +8,27 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "paddock/internal/seed.h"
 #include "paddock/internal/splitmix.h"
+#include "redis/change_log.h"
+#include "redis/connection.h"
 #include "redis/protocol.h"
+#include "redis/subscriber_hub.h"
 
 namespace paddock::internal {
 namespace {
@@ -52,25 +60,96 @@ absl::Duration JitteredBackoff(absl::Duration backoff, uint64_t bits) {
   return backoff + absl::Nanoseconds(absl::Uint128Low64(extra));
 }
 
-ChangeFeed::ChangeFeed(ChangeFeedConfig config, ChangeLog* log,
+// The thread's state and code. Owned jointly by the feed and the thread: a
+// feed destroyed on the thread, from a subscriber's callback, cannot wait
+// for the thread, which then carries on with this until it sees `stopping`.
+class ChangeFeed::Loop {
+ public:
+  Loop(ChangeFeedConfig config, std::shared_ptr<ChangeLog> log,
+       std::shared_ptr<SubscriberHub> hub)
+      : config_(std::move(config)),
+        log_(std::move(log)),
+        hub_(std::move(hub)),
+        wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~Loop() {
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  // Connects and subscribes on the calling thread; readies Run().
+  absl::Status Start();
+  // The thread's body: returns once stopping.
+  void Run();
+  // Makes Run() return, and the hub deliver nothing more. Thread-safe.
+  void Stop();
+
+  uint64_t losses() const { return losses_.load(std::memory_order_relaxed); }
+  uint64_t messages() const {
+    return messages_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  absl::StatusOr<std::unique_ptr<RedisConnection>> OpenSubscribed();
+  // Handles one reply on the subscribed connection. Returns false if it
+  // says the subscription is broken; sets *pong for a ping's answer.
+  bool Handle(const redisReply& reply, bool* pong);
+  // Whether `fd` has something to read now. Never blocks.
+  static bool Readable(int fd);
+  // Sleeps up to `timeout` or until Stop. Returns false when stopping.
+  bool Sleep(absl::Duration timeout);
+  void DrainWakeFd();
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+
+  const ChangeFeedConfig config_;
+  const std::shared_ptr<ChangeLog> log_;
+  const std::shared_ptr<SubscriberHub> hub_;
+
+  // An eventfd that Stop() writes to wake the thread from poll().
+  const int wake_fd_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> losses_{0};
+  std::atomic<uint64_t> messages_{0};
+
+  // Set by Start(), then used by the thread only.
+  std::unique_ptr<RedisConnection> connection_;
+  uint64_t jitter_state_ = 0;  // SplitMix64 state of the reconnect jitter.
+};
+
+ChangeFeed::ChangeFeed(ChangeFeedConfig config, std::shared_ptr<ChangeLog> log,
                        std::shared_ptr<SubscriberHub> hub)
-    : config_(std::move(config)), log_(log), hub_(std::move(hub)) {
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-}
+    : loop_(std::make_shared<Loop>(std::move(config), std::move(log),
+                                   std::move(hub))) {}
 
 ChangeFeed::~ChangeFeed() {
-  stopping_.store(true, std::memory_order_release);
-  if (thread_.joinable()) {
-    const uint64_t one = 1;
-    // The eventfd counter cannot overflow from one write; nothing to handle.
-    while (write(wake_fd_, &one, sizeof(one)) == -1 && errno == EINTR) {
-    }
+  if (!thread_.joinable()) return;
+  loop_->Stop();
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    // From a callback on the thread: join() would throw (EDEADLK) out of a
+    // destructor. The thread stops after the callback returns, and keeps
+    // the loop alive until then.
+    thread_.detach();
+  } else {
     thread_.join();
   }
-  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-absl::StatusOr<std::unique_ptr<RedisConnection>> ChangeFeed::OpenSubscribed() {
+uint64_t ChangeFeed::losses() const { return loop_->losses(); }
+uint64_t ChangeFeed::messages() const { return loop_->messages(); }
+
+absl::Status ChangeFeed::Start() {
+  if (absl::Status started = loop_->Start(); !started.ok()) return started;
+  // The thread holds a reference of its own, dropped on the thread as it
+  // ends: after a detach it may be the last.
+  thread_ = std::thread([loop = loop_]() mutable {
+    loop->Run();
+    loop.reset();
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<RedisConnection>>
+ChangeFeed::Loop::OpenSubscribed() {
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
       RedisConnection::Open(config_.address, config_.connect_timeout);
   if (!connection.ok()) return connection.status();
@@ -91,7 +170,7 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> ChangeFeed::OpenSubscribed() {
   return connection;
 }
 
-absl::Status ChangeFeed::Start() {
+absl::Status ChangeFeed::Loop::Start() {
   if (wake_fd_ < 0) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "paddock::RedisTier: cannot create an eventfd: errno ", errno));
@@ -104,28 +183,36 @@ absl::Status ChangeFeed::Start() {
   // throw there would end the process.
   jitter_state_ = SeedOrRandom(config_.seed);
   log_->SetConnected(true);
-  thread_ = std::thread([this] { Run(); });
   return absl::OkStatus();
 }
 
-void ChangeFeed::DrainWakeFd() {
+void ChangeFeed::Loop::Stop() {
+  stopping_.store(true, std::memory_order_release);
+  hub_->Close();
+  const uint64_t one = 1;
+  // The eventfd counter cannot overflow from one write; nothing to handle.
+  while (write(wake_fd_, &one, sizeof(one)) == -1 && errno == EINTR) {
+  }
+}
+
+void ChangeFeed::Loop::DrainWakeFd() {
   uint64_t count = 0;
   while (read(wake_fd_, &count, sizeof(count)) == -1 && errno == EINTR) {
   }
 }
 
-bool ChangeFeed::Readable(int fd) {
+bool ChangeFeed::Loop::Readable(int fd) {
   pollfd socket = {.fd = fd, .events = POLLIN, .revents = 0};
   return poll(&socket, 1, 0) > 0 && (socket.revents & POLLIN) != 0;
 }
 
-bool ChangeFeed::Sleep(absl::Duration timeout) {
+bool ChangeFeed::Loop::Sleep(absl::Duration timeout) {
   pollfd wake = {.fd = wake_fd_, .events = POLLIN, .revents = 0};
   poll(&wake, 1, PollMillis(timeout));
-  return !stopping_.load(std::memory_order_acquire);
+  return !stopping();
 }
 
-bool ChangeFeed::Handle(const redisReply& reply, bool* pong) {
+bool ChangeFeed::Loop::Handle(const redisReply& reply, bool* pong) {
   if (reply.type == REDIS_REPLY_ERROR) return false;
   if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 1) return true;
   redisReply* const* e = reply.element;
@@ -149,7 +236,7 @@ bool ChangeFeed::Handle(const redisReply& reply, bool* pong) {
   return true;
 }
 
-void ChangeFeed::Run() {
+void ChangeFeed::Loop::Run() {
   absl::Duration backoff = kFirstBackoff;
   absl::Time next_ping = MonotonicNow() + config_.health_check_interval;
   std::optional<absl::Time> pong_due;  // Set while a ping is unanswered.
@@ -160,8 +247,8 @@ void ChangeFeed::Run() {
     losses_.fetch_add(1, std::memory_order_relaxed);
     log_->SetConnected(false);
   };
-  // Handles every reply hiredis holds already; false if the connection is
-  // unusable.
+  // Handles every reply hiredis holds already, until stopping (a callback
+  // may have destroyed the feed); false if the connection is unusable.
   const auto handle_buffered = [&] {
     for (;;) {
       absl::StatusOr<RedisReplyPtr> reply = connection_->NextReply();
@@ -169,6 +256,7 @@ void ChangeFeed::Run() {
       if (*reply == nullptr) return true;  // Nothing more buffered.
       bool pong = false;
       if (!Handle(**reply, &pong)) return false;
+      if (stopping()) return true;
       if (pong) {
         pong_due.reset();
         next_ping = MonotonicNow() + config_.health_check_interval;
@@ -177,7 +265,7 @@ void ChangeFeed::Run() {
     }
   };
 
-  while (!stopping_.load(std::memory_order_acquire)) {
+  while (!stopping()) {
     if (connection_ == nullptr) {
       if (!Sleep(JitteredBackoff(backoff, SplitMixNext(&jitter_state_)))) {
         break;
@@ -206,6 +294,7 @@ void ChangeFeed::Run() {
       lose();
       continue;
     }
+    if (stopping()) break;
     const absl::Time wake_at = pong_due.value_or(next_ping);
     pollfd fds[2] = {
         {.fd = connection_->fd(), .events = POLLIN, .revents = 0},
@@ -217,13 +306,14 @@ void ChangeFeed::Run() {
       continue;
     }
     if (fds[1].revents != 0) DrainWakeFd();
-    if (stopping_.load(std::memory_order_acquire)) break;
+    if (stopping()) break;
 
     if (fds[0].revents != 0 &&
         (!connection_->ReadAvailable().ok() || !handle_buffered())) {
       lose();
       continue;
     }
+    if (stopping()) break;
 
     const absl::Time now = MonotonicNow();
     if (pong_due.has_value() && now >= *pong_due) {

@@ -11,18 +11,15 @@
 #ifndef PADDOCK_SRC_REDIS_CHANGE_FEED_H_
 #define PADDOCK_SRC_REDIS_CHANGE_FEED_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "redis/address.h"
 #include "redis/change_log.h"
-#include "redis/connection.h"
 #include "redis/subscriber_hub.h"
 
 namespace paddock::internal {
@@ -47,10 +44,16 @@ absl::Duration JitteredBackoff(absl::Duration backoff, uint64_t bits);
 
 class ChangeFeed {
  public:
-  // `log` (not owned) must outlive the feed.
-  ChangeFeed(ChangeFeedConfig config, ChangeLog* log,
+  // The thread shares `log` and `hub`: it may outlive the feed (see the
+  // destructor).
+  ChangeFeed(ChangeFeedConfig config, std::shared_ptr<ChangeLog> log,
              std::shared_ptr<SubscriberHub> hub);
-  // Stops the thread and closes the connection.
+  // Stops the thread and closes the connection; `hub` delivers nothing
+  // more. Called from another thread, returns once the thread has ended.
+  // Called on the thread itself (a subscriber's callback dropped the last
+  // reference to the tier), cannot wait for it: the thread ends once that
+  // callback returns, delivers nothing more, and only then releases the
+  // connection, `log` and `hub`, which it co-owns for that reason.
   ~ChangeFeed();
   ChangeFeed(const ChangeFeed&) = delete;
   ChangeFeed& operator=(const ChangeFeed&) = delete;
@@ -63,36 +66,15 @@ class ChangeFeed {
   absl::Status Start();
 
   // Times the subscription was lost; change messages received. Thread-safe.
-  uint64_t losses() const { return losses_.load(std::memory_order_relaxed); }
-  uint64_t messages() const {
-    return messages_.load(std::memory_order_relaxed);
-  }
+  uint64_t losses() const;
+  uint64_t messages() const;
 
  private:
-  void Run();
-  absl::StatusOr<std::unique_ptr<RedisConnection>> OpenSubscribed();
-  // Handles one reply on the subscribed connection. Returns false if it
-  // says the subscription is broken; sets *pong for a ping's answer.
-  bool Handle(const redisReply& reply, bool* pong);
-  // Whether `fd` has something to read now. Never blocks.
-  static bool Readable(int fd);
-  // Sleeps up to `timeout` or until Stop. Returns false when stopping.
-  bool Sleep(absl::Duration timeout);
-  void DrainWakeFd();
+  // Everything the thread uses, shared with it (ChangeFeed::Loop in
+  // change_feed.cc).
+  class Loop;
 
-  const ChangeFeedConfig config_;
-  ChangeLog* const log_;
-  const std::shared_ptr<SubscriberHub> hub_;
-
-  // An eventfd that the destructor writes to wake the thread from poll().
-  int wake_fd_ = -1;
-  std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> losses_{0};
-  std::atomic<uint64_t> messages_{0};
-
-  // Set by Start(), then used by the thread only.
-  std::unique_ptr<RedisConnection> connection_;
-  uint64_t jitter_state_ = 0;  // SplitMix64 state of the reconnect jitter.
+  const std::shared_ptr<Loop> loop_;
   std::thread thread_;
 };
 

@@ -38,20 +38,24 @@ namespace paddock {
 namespace internal {
 
 // Everything a RedisTier owns. Members are destroyed in reverse order: the
-// threads (keeper, feed) stop before the client they call goes away.
+// threads (keeper, feed) stop before the client they call goes away. The
+// feed's thread co-owns `log` and `hub`: a subscriber's callback may drop
+// the last reference to the tier, destroying this on that thread, which
+// carries on with them until the callback returns.
 class RedisTierState {
  public:
   RedisTierState(const RedisOptions& options, std::unique_ptr<RedisClient> c)
       : options(options),
         channel(ChangeChannel(options.key_prefix)),
         client(std::move(c)),
+        log(std::make_shared<ChangeLog>()),
         hub(std::make_shared<SubscriberHub>()) {}
 
   const RedisOptions options;
   const std::string channel;
   std::atomic<uint64_t> bad_records{0};
   const std::unique_ptr<RedisClient> client;
-  ChangeLog log;
+  const std::shared_ptr<ChangeLog> log;
   const std::shared_ptr<SubscriberHub> hub;
   std::unique_ptr<ChangeFeed> feed;
   std::unique_ptr<LeaseKeeper> keeper;
@@ -128,7 +132,7 @@ absl::StatusOr<bool> ReleaseLease(internal::RedisTierState& s,
   absl::StatusOr<int64_t> released = IntegerResult(
       *s.client, s.client->Eval(Script::kRelease, keys, args, maybe_ran));
   if (!released.ok()) return released.status();
-  if (*released == 1) s.log.Record(key);
+  if (*released == 1) s.log->Record(key);
   return *released == 1;
 }
 
@@ -240,7 +244,7 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
           .io_timeout = options.io_timeout,
           .health_check_interval = options.health_check_interval,
       },
-      &s->log, s->hub);
+      s->log, s->hub);
   if (absl::Status started = s->feed->Start(); !started.ok()) return started;
   s->keeper = std::make_unique<internal::LeaseKeeper>(
       options.lease_for,
@@ -282,7 +286,7 @@ absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
     // Before sending: a change announced after this point wakes AwaitChange.
     last_lookup = LastLookup{.tier = this,
                              .key_hash = KeyHash(key),
-                             .since = s.log.sequence(),
+                             .since = s.log->sequence(),
                              .holder = std::nullopt};
 
     const std::string_view keys[] = {record_key, lease_key};
@@ -360,7 +364,7 @@ absl::StatusOr<bool> RedisTier::Fill(std::string_view key,
       s.keeper->ReleaseSoon(std::string(key), std::string(lease_token));
       return stored.status();
     }
-    if (*stored == 1) s.log.Record(key);
+    if (*stored == 1) s.log->Record(key);
     return *stored == 1;
   } catch (...) {
     ReleaseSoonIfPossible(s, key, lease_token);
@@ -410,7 +414,7 @@ absl::Status RedisTier::Put(std::string_view key, const SharedFill& fill,
     absl::StatusOr<int64_t> stored =
         IntegerResult(*s.client, s.client->Eval(Script::kPut, keys, args));
     if (!stored.ok()) return stored.status();
-    s.log.Record(key);
+    s.log->Record(key);
     return absl::OkStatus();
   } catch (...) {
     return StatusOfCurrentException("Put");
@@ -430,7 +434,7 @@ absl::Status RedisTier::Invalidate(std::string_view key, uint64_t origin) {
     absl::StatusOr<int64_t> deleted = IntegerResult(
         *s.client, s.client->Eval(Script::kInvalidate, keys, args));
     if (!deleted.ok()) return deleted.status();
-    s.log.Record(key);
+    s.log->Record(key);
     return absl::OkStatus();
   } catch (...) {
     return StatusOfCurrentException("Invalidate");
@@ -452,15 +456,15 @@ bool RedisTier::AwaitChangeOrThrow(std::string_view key,
       internal::MonotonicNow() + std::max(timeout, absl::ZeroDuration());
   const bool after_lookup =
       last_lookup.tier == this && last_lookup.key_hash == KeyHash(key);
-  const uint64_t since = after_lookup ? last_lookup.since : s.log.sequence();
+  const uint64_t since = after_lookup ? last_lookup.since : s.log->sequence();
   // The lease holder we wait for, when known; polling compares with it.
   std::optional<std::string> holder =
       after_lookup ? last_lookup.holder : std::nullopt;
   const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
 
   while (true) {
-    switch (s.log.WaitForChange(key, since, deadline,
-                                /*return_if_disconnected=*/true)) {
+    switch (s.log->WaitForChange(key, since, deadline,
+                                 /*return_if_disconnected=*/true)) {
       case ChangeLog::Wait::kChanged:
         return true;
       case ChangeLog::Wait::kTimedOut:
@@ -487,8 +491,8 @@ bool RedisTier::AwaitChangeOrThrow(std::string_view key,
     }
     const absl::Time next_poll =
         std::min(deadline, internal::MonotonicNow() + s.options.poll_interval);
-    if (s.log.WaitForChange(key, since, next_poll,
-                            /*return_if_disconnected=*/false) ==
+    if (s.log->WaitForChange(key, since, next_poll,
+                             /*return_if_disconnected=*/false) ==
         ChangeLog::Wait::kChanged) {
       return true;
     }
@@ -505,7 +509,7 @@ size_t RedisTier::max_value_bytes() const {
   return state_->options.max_value_bytes;
 }
 
-bool RedisTier::subscribed() const { return state_->log.connected(); }
+bool RedisTier::subscribed() const { return state_->log->connected(); }
 
 const RedisOptions& RedisTier::options() const { return state_->options; }
 

@@ -104,16 +104,20 @@ void SubscriberHub::Deliver(uint64_t skip, bool fall_back,
   for (const std::shared_ptr<Entry>& entry : *entries) {
     if (entry->id == skip) continue;
     absl::MutexLock lock(&entry->callback_mu);
+    // Closed by the tier's destructor, maybe from the last callback: the
+    // subscriptions that outlive their tier hear nothing more.
+    if (closed_.load(std::memory_order_acquire)) return;
     if (!entry->live.load(std::memory_order_acquire)) continue;
     running_entry = entry.get();
     try {
       callback(*entry->subscriber);
     } catch (...) {
       // A subscriber that could not drop a key drops every copy instead,
-      // unless the callback ended its subscription before it threw: then no
-      // further callback may run (the subscriber may be gone with it).
+      // unless the callback ended its subscription (the subscriber may be
+      // gone with it) or its tier before it threw.
       try {
-        if (fall_back && entry->live.load(std::memory_order_acquire)) {
+        if (fall_back && entry->live.load(std::memory_order_acquire) &&
+            !closed_.load(std::memory_order_acquire)) {
           entry->subscriber->OnMissedInvalidations();
         }
       } catch (...) {

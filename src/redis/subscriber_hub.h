@@ -4,11 +4,13 @@
 // callbacks. Callbacks run on the delivering thread, one at a time per
 // subscription; a subscription's destructor waits for its callback in
 // progress (unless called from that callback). Shared with the
-// subscriptions, so that either may outlive the other.
+// subscriptions and the tier's feed thread, so that any may outlive the
+// others.
 
 #ifndef PADDOCK_SRC_REDIS_SUBSCRIBER_HUB_H_
 #define PADDOCK_SRC_REDIS_SUBSCRIBER_HUB_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -44,6 +46,14 @@ class SubscriberHub : public std::enable_shared_from_this<SubscriberHub> {
   // exception. Call from one thread at a time.
   void DeliverMissed() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // SubscriberHub::Close()
+  //
+  // Ends delivery, for the tier's destructor: Deliver* start no callback
+  // once they see it, including one in progress (between two
+  // subscriptions). Called from a callback, nothing more is delivered on
+  // that thread once it returns. Thread-safe.
+  void Close() { closed_.store(true, std::memory_order_release); }
+
   // The number of subscriptions. Thread-safe.
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -60,6 +70,7 @@ class SubscriberHub : public std::enable_shared_from_this<SubscriberHub> {
       ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(const Entry* entry) ABSL_LOCKS_EXCLUDED(mu_);
 
+  std::atomic<bool> closed_{false};
   mutable absl::Mutex mu_;
   // Copied on write: delivery takes a snapshot without blocking Subscribe.
   std::shared_ptr<const Entries> entries_ ABSL_GUARDED_BY(mu_) =

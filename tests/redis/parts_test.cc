@@ -515,14 +515,14 @@ TEST(ChangeFeedTest,
     }
     void OnMissedInvalidations() override {}
   } subscriber;
-  ChangeLog log;
+  auto log = std::make_shared<ChangeLog>();
   auto hub = std::make_shared<SubscriberHub>();
   std::unique_ptr<SharedTier::Subscription> subscription =
       hub->Subscribe(&subscriber);
   {
     // Health checks are far apart: a delivery with the next pong would come
     // a minute later.
-    ChangeFeed feed(fake_redis.FeedConfig(), &log, hub);
+    ChangeFeed feed(fake_redis.FeedConfig(), log, hub);
     ASSERT_TRUE(feed.Start().ok());
     EXPECT_TRUE(Eventually([&] { return subscriber.invalidated.load() > 0; }));
     EXPECT_EQ(feed.losses(), 0u);
@@ -561,12 +561,12 @@ TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
     void OnInvalidate(std::string_view) override {}
     void OnMissedInvalidations() override {}
   } subscriber;
-  ChangeLog log;
+  auto log = std::make_shared<ChangeLog>();
   auto hub = std::make_shared<SubscriberHub>();
   std::unique_ptr<SharedTier::Subscription> subscription =
       hub->Subscribe(&subscriber);
   {
-    ChangeFeed feed(fake_redis.FeedConfig(), &log, hub);
+    ChangeFeed feed(fake_redis.FeedConfig(), log, hub);
     ASSERT_TRUE(feed.Start().ok());
     ASSERT_TRUE(Eventually([&] { return subscribes.load() >= 1; }));
     absl::SleepFor(absl::Seconds(1));
@@ -687,6 +687,35 @@ TEST(SubscriberHubTest, ACallbackThatEndsItsSubscriptionThenThrowsGetsNoMore) {
   hub->DeliverMissed();
   EXPECT_EQ(ends.after_end, 0);
   EXPECT_EQ(other.missed, 1);
+}
+
+// The tier's destructor closes its hub, possibly from a callback (one that
+// dropped the last reference to the tier): the subscriptions that outlive
+// the tier get nothing more, not even the rest of that delivery or the
+// fallback notice of a callback that then throws.
+TEST(SubscriberHubTest, NothingIsDeliveredOnceClosedEvenFromACallback) {
+  struct Closing : Recorder {
+    SubscriberHub* hub = nullptr;
+    void OnInvalidate(std::string_view key) override {
+      Recorder::OnInvalidate(key);
+      hub->Close();
+      throw std::runtime_error("failed after closing");
+    }
+  };
+  auto hub = std::make_shared<SubscriberHub>();
+  Closing closing;
+  closing.hub = hub.get();
+  Recorder after;
+  auto sub_closing = hub->Subscribe(&closing);
+  auto sub_after = hub->Subscribe(&after);
+  hub->DeliverInvalidate("k1", 0);
+  hub->DeliverInvalidate("k2", 0);
+  hub->DeliverMissed();
+  EXPECT_THAT(closing.keys, ElementsAre("k1"));
+  EXPECT_EQ(closing.missed, 0);
+  EXPECT_THAT(after.keys, ElementsAre());
+  EXPECT_EQ(after.missed, 0);
+  EXPECT_EQ(hub->size(), 2u);
 }
 
 TEST(SubscriberHubTest, IdsAreNonZeroAndDistinct) {

@@ -973,6 +973,194 @@ TEST_F(RedisTierTest, ASubscriptionMayOutliveItsTier) {
   subscription.reset();
 }
 
+// The connections subscribed to a channel on `server`.
+int SubscribedConnections(RedisServer& server) {
+  absl::StatusOr<std::string> list =
+      server.Command({"CLIENT", "LIST", "TYPE", "pubsub"});
+  EXPECT_TRUE(list.ok()) << list.status();
+  int n = 0;
+  for (absl::string_view line : absl::StrSplit(list.value_or(""), '\n')) {
+    if (!line.empty()) ++n;
+  }
+  return n;
+}
+
+// Waits (up to `timeout`) until `n` connections are subscribed on `server`.
+bool WaitForSubscribedConnections(RedisServer& server, int n,
+                                  absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (SubscribedConnections(server) != n) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// What a callback ends, and in which order, when it drops its tier.
+enum class DropOrder {
+  kSubscriptionThenTier,
+  kTierThenSubscription,
+  kTierOnly,  // The subscription outlives the tier.
+};
+
+// Holds the only reference to a tier, and its own subscription to it, and
+// drops them from its first callback of the chosen kind, as a user's
+// subscriber may do to rebuild its connection: the tier is then destroyed
+// on its own subscription thread, inside the callback.
+class TierDroppingSubscriber : public SharedTier::Subscriber {
+ public:
+  TierDroppingSubscriber(DropOrder order, bool on_missed)
+      : order_(order), on_missed_(on_missed) {}
+
+  void OnInvalidate(std::string_view) override {
+    if (!on_missed_) Drop();
+  }
+  void OnMissedInvalidations() override {
+    if (on_missed_) Drop();
+  }
+
+  // Takes the only reference to `tier` and subscribes to it.
+  void Hold(std::shared_ptr<RedisTier> tier) {
+    std::unique_ptr<SharedTier::Subscription> subscription =
+        tier->Subscribe(this);
+    std::lock_guard<std::mutex> lock(mu_);
+    tier_ = std::move(tier);
+    subscription_ = std::move(subscription);
+  }
+  // Waits (up to `timeout`) until the tier's destructor has returned.
+  bool WaitForDropped(absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                        [&] { return dropped_; });
+  }
+  // Ends the subscription if the callback left it (kTierOnly).
+  void EndSubscription() {
+    std::unique_ptr<SharedTier::Subscription> subscription;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      subscription = std::move(subscription_);
+    }
+  }
+  // Callbacks of the chosen kind after the drop.
+  int late_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return late_calls_;
+  }
+
+ private:
+  void Drop() {
+    std::shared_ptr<RedisTier> tier;
+    std::unique_ptr<SharedTier::Subscription> subscription;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (dropped_) {
+        ++late_calls_;
+        return;
+      }
+      tier = std::move(tier_);
+      if (order_ != DropOrder::kTierOnly) {
+        subscription = std::move(subscription_);
+      }
+    }
+    // Without the lock: the tier's destructor may wait for its threads.
+    if (order_ == DropOrder::kSubscriptionThenTier) subscription.reset();
+    tier.reset();  // The last reference: ~RedisTier runs here.
+    subscription.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped_ = true;
+    cv_.notify_all();
+  }
+
+  const DropOrder order_;
+  const bool on_missed_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<RedisTier> tier_;
+  std::unique_ptr<SharedTier::Subscription> subscription_;
+  bool dropped_ = false;
+  int late_calls_ = 0;
+};
+
+class RedisTierDroppedByCallbackTest
+    : public RedisTierTest,
+      public ::testing::WithParamInterface<DropOrder> {
+ protected:
+  // Checks that the dropped tier's subscription thread has ended (its
+  // connection is closed, leaving `a`'s only) and that `a` works on:
+  // another tier hears its invalidations.
+  void ExpectTheRestCarriesOn(RedisTier& a) {
+    // `a` resubscribes after a CLIENT KILL; only then does one connection
+    // mean that the dropped tier's is closed.
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!a.subscribed() && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_TRUE(a.subscribed());
+    EXPECT_TRUE(WaitForSubscribedConnections(*server_, 1, absl::Seconds(10)));
+    std::shared_ptr<RedisTier> c = Connect();
+    ASSERT_NE(c, nullptr);
+    RecordingSubscriber witness;
+    auto witness_subscription = c->Subscribe(&witness);
+    ASSERT_TRUE(a.Invalidate("after", 0).ok());
+    ASSERT_TRUE(witness.WaitForKeys(1, absl::Seconds(10)));
+    EXPECT_THAT(witness.keys(), ElementsAre("after"));
+  }
+};
+
+TEST_P(RedisTierDroppedByCallbackTest, OnInvalidateMayDropTheLastReference) {
+  std::shared_ptr<RedisTier> a = Connect();
+  ASSERT_NE(a, nullptr);
+  TierDroppingSubscriber owner(GetParam(), /*on_missed=*/false);
+  std::shared_ptr<RedisTier> b = Connect();
+  ASSERT_NE(b, nullptr);
+  owner.Hold(std::move(b));
+  ASSERT_EQ(SubscribedConnections(*server_), 2);
+
+  ASSERT_TRUE(a->Invalidate("k1", 0).ok());
+  ASSERT_TRUE(a->Put("k2", ValueFill("v"), 0).ok());
+  ASSERT_TRUE(owner.WaitForDropped(absl::Seconds(10)));
+  owner.EndSubscription();
+  ExpectTheRestCarriesOn(*a);
+  // The second message, if read with the first, reached nobody: the
+  // subscription thread stops once the callback that destroyed it returns.
+  EXPECT_EQ(owner.late_calls(), 0);
+}
+
+TEST_P(RedisTierDroppedByCallbackTest,
+       OnMissedInvalidationsMayDropTheLastReference) {
+  std::shared_ptr<RedisTier> a = Connect();
+  ASSERT_NE(a, nullptr);
+  TierDroppingSubscriber owner(GetParam(), /*on_missed=*/true);
+  std::shared_ptr<RedisTier> b = Connect();
+  ASSERT_NE(b, nullptr);
+  owner.Hold(std::move(b));
+  ASSERT_EQ(SubscribedConnections(*server_), 2);
+
+  // Both tiers lose their subscription, resubscribe and call
+  // OnMissedInvalidations.
+  ASSERT_TRUE(server_->Command({"CLIENT", "KILL", "TYPE", "pubsub"}).ok());
+  ASSERT_TRUE(owner.WaitForDropped(absl::Seconds(10)));
+  owner.EndSubscription();
+  ExpectTheRestCarriesOn(*a);
+  EXPECT_EQ(owner.late_calls(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Orders, RedisTierDroppedByCallbackTest,
+    ::testing::Values(DropOrder::kSubscriptionThenTier,
+                      DropOrder::kTierThenSubscription, DropOrder::kTierOnly),
+    [](const ::testing::TestParamInfo<DropOrder>& info) -> std::string {
+      switch (info.param) {
+        case DropOrder::kSubscriptionThenTier:
+          return "SubscriptionThenTier";
+        case DropOrder::kTierThenSubscription:
+          return "TierThenSubscription";
+        case DropOrder::kTierOnly:
+          return "TierOnly";
+      }
+      return "Unknown";
+    });
+
 // ---- Records written by someone else ----------------------------------------
 
 struct Garbage {
