@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "absl/hash/hash.h"
 #include "absl/status/statusor.h"
@@ -200,7 +202,8 @@ TYPED_TEST(HeterogeneousLookupTest, AMissByViewGivesTheLoaderTheFullKey) {
   EXPECT_EQ(cache.GetIfPresent(CountedKey("bcdef")), std::nullopt);
 }
 
-// The default Hash and Eq of a std::string key are transparent.
+// With the default Hash and Eq (absl::Hash, std::equal_to, as pinned), a
+// std::string-keyed cache looks up through their transparent equivalents.
 TEST(HeterogeneousLookupDefaults, AStringKeyedCacheLooksUpByViewAndLiteral) {
   std::atomic<int> loads{0};
   Cache<std::string, int, SingleFlight> cache(
@@ -229,7 +232,6 @@ TEST(HeterogeneousLookupDefaults, TheStringHashIsAbslsHashOfTheString) {
     const size_t expected = absl::Hash<std::string>()(key);
     EXPECT_EQ(StringKeyHash()(key), expected);
     EXPECT_EQ(StringKeyHash()(std::string_view(key)), expected);
-    EXPECT_EQ(KeyHash<std::string_view>()(std::string_view(key)), expected);
   }
   EXPECT_EQ(StringKeyHash()("literal"), absl::Hash<std::string>()("literal"));
 }
@@ -237,8 +239,11 @@ TEST(HeterogeneousLookupDefaults, TheStringHashIsAbslsHashOfTheString) {
 // Which key types each cache takes. Checked at compile time, reported here.
 using StringCache = Cache<std::string, int>;
 using IntCache = Cache<int, int>;
-using PlainStringCache =
-    Cache<std::string, int, SoftTtl, absl::Hash<std::string>>;
+// A hash that is not transparent, and may not agree with absl's.
+struct OpaqueStringHash {
+  size_t operator()(const std::string& key) const { return key.size(); }
+};
+using OpaqueStringCache = Cache<std::string, int, SoftTtl, OpaqueStringHash>;
 
 template <typename C, typename Q>
 constexpr bool kGets = requires(C& c, const Q& q) {
@@ -249,10 +254,19 @@ constexpr bool kGetsIfPresent = requires(const C& c, const Q& q) {
   c.GetIfPresent(q);
 };
 
-static_assert(std::is_same_v<KeyHash<std::string>, StringKeyHash>);
-static_assert(std::is_same_v<KeyHash<std::string_view>, StringKeyHash>);
-static_assert(std::is_same_v<KeyHash<int>, absl::Hash<int>>);
-static_assert(std::is_same_v<KeyEq<int>, std::equal_to<int>>);
+// The defaults are the pinned absl::Hash<K> and std::equal_to<K>, for string
+// keys too: a user who spells them names the same type.
+static_assert(
+    std::is_same_v<StringCache,
+                   Cache<std::string, int, SoftTtl, absl::Hash<std::string>,
+                         std::equal_to<std::string>>>);
+static_assert(std::is_same_v<IntCache, Cache<int, int, SoftTtl, absl::Hash<int>,
+                                             std::equal_to<int>>>);
+static_assert(std::is_same_v<KeyHash<std::string>, absl::Hash<std::string>>);
+static_assert(std::is_same_v<KeyEq<std::string>, std::equal_to<std::string>>);
+static_assert(
+    std::is_same_v<decltype(std::declval<StringCache&>().hash_function()),
+                   absl::Hash<std::string>>);
 static_assert(StringCache::kLooksUp<std::string_view>);
 static_assert(StringCache::kLooksUp<const char*>);
 static_assert(kGets<StringCache, std::string_view>);
@@ -263,10 +277,23 @@ static_assert(!kGets<StringCache, int>);
 // An int cache does not take a string.
 static_assert(!IntCache::kLooksUp<std::string_view>);
 static_assert(!kGets<IntCache, std::string_view>);
-// absl::Hash<std::string> is not transparent: the view is refused rather
-// than hashed by a function that may not agree with the key's.
-static_assert(!PlainStringCache::kLooksUp<std::string_view>);
-static_assert(!kGets<PlainStringCache, std::string_view>);
+// A std::string_view key with the default absl::Hash is hashed by absl's
+// seeded hash too, not by the std::hash that absl::Hash<std::string_view>
+// is where abseil has its own string_view.
+static_assert(
+    std::is_same_v<internal::LookupHashOf<std::string_view,
+                                          absl::Hash<std::string_view>>::type,
+                   StringKeyHash>);
+// A hash that is not transparent: the view is refused rather than hashed by
+// a function that may not agree with the key's.
+static_assert(!OpaqueStringCache::kLooksUp<std::string_view>);
+static_assert(!kGets<OpaqueStringCache, std::string_view>);
+// absl::Hash<std::string> with a transparent Eq, or the reverse: both are
+// taken (each default has its transparent equivalent).
+static_assert(Cache<std::string, int, SoftTtl, absl::Hash<std::string>,
+                    StringKeyEq>::kLooksUp<std::string_view>);
+static_assert(Cache<std::string, int, SoftTtl, StringKeyHash,
+                    std::equal_to<std::string>>::kLooksUp<std::string_view>);
 
 TEST(HeterogeneousLookupDefaults, TheAcceptedKeyTypesAreCheckedAtCompileTime) {
   SUCCEED() << "see the static_asserts above";

@@ -94,7 +94,7 @@
 namespace paddock {
 
 template <typename K, typename V, RefreshPolicy Policy = SoftTtl,
-          typename Hash = KeyHash<K>, typename Eq = KeyEq<K>>
+          typename Hash = absl::Hash<K>, typename Eq = std::equal_to<K>>
 class Cache {
   // Said here rather than deep inside the first member that needs it.
   static_assert(std::copyable<K>,
@@ -104,6 +104,10 @@ class Cache {
                 "paddock::Cache<K, V>: V must be copyable (copy-constructible "
                 "and copy-assignable) and not const; for a value that is "
                 "not, cache a std::shared_ptr<const V>");
+
+  // What lookups hash and compare keys with (see lookup_hash()).
+  using LookupHash = typename internal::LookupHashOf<K, Hash>::type;
+  using LookupEq = typename internal::LookupEqOf<K, Eq>::type;
 
  public:
   // Produces the value for a key, or an error. Called concurrently for
@@ -208,14 +212,16 @@ class Cache {
   // Whether `Get`, `GetAsync`, `Await`, `GetIfPresent`, `Put` and
   // `Invalidate` take a `Q` in place of a K (heterogeneous lookup): `Hash` and
   // `Eq` declare `is_transparent` and accept a `Q`, and a K can be made from
-  // it. The default ones do for `std::string` keys and any `Q` convertible
-  // to `std::string_view` (`paddock/key_hash.h`). `Hash` and `Eq` must
-  // treat a `Q` exactly as the K made from it. These methods are overloaded
-  // for it, as absl's containers' are, so name the type to take the address
-  // of one: `std::optional<V> (Cache::*get)(const K&) const =
-  // &Cache::GetIfPresent;` (`auto` cannot pick among overloads).
+  // it. A `std::string`-keyed cache with the default `absl::Hash` and
+  // `std::equal_to` looks up by any `Q` convertible to `std::string_view`
+  // too, through their transparent equivalents (`paddock/key_hash.h`).
+  // `Hash` and `Eq` must treat a `Q` exactly as the K made from it. These
+  // methods are overloaded for it, as absl's containers' are, so name the
+  // type to take the address of one: `std::optional<V> (Cache::*get)(const
+  // K&) const = &Cache::GetIfPresent;` (`auto` cannot pick among overloads).
   template <typename Q>
-  static constexpr bool kLooksUp = internal::LooksUpWith<Q, K, Hash, Eq>;
+  static constexpr bool kLooksUp =
+      internal::LooksUpWith<Q, K, LookupHash, LookupEq>;
 
   // Cache::Get(), for a key of another type
   //
@@ -477,7 +483,26 @@ class Cache {
   }
   template <typename Q>
   ABSL_ATTRIBUTE_ALWAYS_INLINE size_t HashOf(const Q& key) const {
-    return internal::MixedHash(hash_, key);
+    return internal::MixedHash(lookup_hash(), key);
+  }
+  // What lookups hash and compare keys with: `hash_` and `eq_`, or in place
+  // of the default ones of string keys, their transparent equivalents
+  // (key_hash.h), stateless.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE const LookupHash& lookup_hash() const {
+    if constexpr (std::is_same_v<LookupHash, Hash>) {
+      return hash_;
+    } else {
+      static constexpr LookupHash kHash{};
+      return kHash;
+    }
+  }
+  ABSL_ATTRIBUTE_ALWAYS_INLINE const LookupEq& lookup_eq() const {
+    if constexpr (std::is_same_v<LookupEq, Eq>) {
+      return eq_;
+    } else {
+      static constexpr LookupEq kEq{};
+      return kEq;
+    }
   }
   ABSL_ATTRIBUTE_ALWAYS_INLINE Shard& ShardFor(size_t hash) const {
     return shards_[((hash >> 32) * shard_count_) >> 32];
@@ -595,7 +620,7 @@ class Cache {
       Shard& shard, const Q& key, size_t hash, internal::ThreadRecord* record,
       int64_t now, std::optional<absl::StatusOr<V>>& out) {
     internal::EpochGuard guard(record);
-    const Entry* n = shard.Find(hash, key, eq_);
+    const Entry* n = shard.Find(hash, key, lookup_eq());
     if (n != nullptr && now < n->quiet_until) [[likely]] {
       MarkVisited(n);
       recorder_.Hit(record);
@@ -1236,7 +1261,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetAny(const Q& key) {
   bool found;
   {
     internal::EpochGuard guard(record);
-    const Entry* n = shard.Find(hash, key, eq_);
+    const Entry* n = shard.Find(hash, key, lookup_eq());
     // `now` was read before the lookup: a time never ahead of the entry's
     // load, so a fresh entry is never refused for it, nor a stale one served.
     if (n != nullptr && now < n->quiet_until) [[likely]] {
@@ -1291,7 +1316,7 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::ServeNow(Shard& shard,
   int64_t now = 0;
   {
     internal::EpochGuard guard;
-    if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+    if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
       now = NowNanos();
       answer = Examine(n, now);
       if (answer.served != Answer::Served::kNothing) {
@@ -1409,7 +1434,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     now = NowNanos();  // Before the lock, as in GetSlow.
     {
       Writer w(shard);
-      if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+      if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
         answer = Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
@@ -1563,7 +1588,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::TimedOut(const K& key, size_t hash,
   {
     internal::EpochGuard guard;
     now = NowNanos();
-    const Entry* n = ShardFor(hash).Find(hash, key, eq_);
+    const Entry* n = ShardFor(hash).Find(hash, key, lookup_eq());
     if (n != nullptr && n->has_value() && now < n->keep_until(fixed_times_)) {
       stale.emplace(n->value());
       loaded_at = n->loaded_at(fixed_times_);
@@ -1715,7 +1740,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     {
       Writer w(shard);
       // Re-check: a load may have stored the value since the lock-free look.
-      if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+      if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
         answer = Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
@@ -1838,7 +1863,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
       // Found first, in a statement of its own: were `Find` an argument of
       // `Store`, `fresh` might already be Store's parameter when `eq_`
       // throws, and would then be destroyed under the lock.
-      Entry* const current = shard.Find(hash, key, eq_);
+      Entry* const current = shard.Find(hash, key, lookup_eq());
       evicted = shard.Store(w, current, std::move(fresh), finished);
     }
   } catch (...) {
@@ -2243,7 +2268,7 @@ Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
   {
     Shard& shard = ShardFor(load.hash);
     internal::EpochGuard guard;
-    Entry* n = shard.Find(load.hash, load.key, eq_);
+    Entry* n = shard.Find(load.hash, load.key, lookup_eq());
     const std::string* version = n != nullptr ? n->shared_version() : nullptr;
     if (version != nullptr && *version == lookup.record->version &&
         !n->refreshing.exchange(true)) {
@@ -2348,7 +2373,7 @@ void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
   std::unique_ptr<Entry> fresh;
   size_t evicted = 0;
   try {
-    Entry* current = shard.Find(load.hash, load.key, eq_);
+    Entry* current = shard.Find(load.hash, load.key, lookup_eq());
     if (current != nullptr && current->has_value()) return;  // Its own does.
     {  // The decoded value (moved from) is destroyed before the lock.
       std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
@@ -2357,7 +2382,7 @@ void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
           EntryFromTier(load.key, load.hash, **std::move(value), record, now);
     }
     Writer w(shard);
-    if (shard.Find(load.hash, load.key, eq_) != current) return;
+    if (shard.Find(load.hash, load.key, lookup_eq()) != current) return;
     // Only while this load still owns the key (no Put, no Invalidate since),
     // and without giving up that ownership: the load stores after it.
     if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
@@ -2387,7 +2412,7 @@ bool Cache<K, V, P, H, E>::ServesStale(const SharedRecord& record,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::string Cache<K, V, P, H, E>::LocalVersion(const Load& load) const {
   internal::EpochGuard guard;
-  const Entry* n = ShardFor(load.hash).Find(load.hash, load.key, eq_);
+  const Entry* n = ShardFor(load.hash).Find(load.hash, load.key, lookup_eq());
   const std::string* version = n != nullptr ? n->shared_version() : nullptr;
   return version != nullptr ? *version : std::string();
 }
@@ -2480,7 +2505,7 @@ bool Cache<K, V, P, H, E>::EndRefreshUnstored(const Load& load,
   // between and lose its own mark.
   if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
                          /*drop=*/P::kCoalesceLoads)) {
-    if (Entry* current = shard.Find(load.hash, load.key, eq_)) {
+    if (Entry* current = shard.Find(load.hash, load.key, lookup_eq())) {
       current->refreshing.store(false, std::memory_order_relaxed);
     }
   }
@@ -2541,7 +2566,7 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
   // that it is still current, so that an address cannot be reused between.
   internal::EpochGuard guard;
   for (;;) {
-    Entry* current = shard.Find(load.hash, key, eq_);
+    Entry* current = shard.Find(load.hash, key, lookup_eq());
     // Everything that copies V or calls the policy happens before the lock.
     std::unique_ptr<Entry> fresh;
     std::optional<Outcome> fallback;
@@ -2591,7 +2616,8 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
     bool joined;
     {
       Writer w(shard);
-      if (shard.Find(load.hash, key, eq_) != current) continue;  // Look again.
+      if (shard.Find(load.hash, key, lookup_eq()) != current)
+        continue;  // Look again.
       // Store only if no Put, Invalidate or newer load superseded this one.
       // An uncoalesced load leaves the registration to the loads still
       // sharing it.
@@ -2696,7 +2722,7 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
     const int64_t now = NowNanos();
     // `n` cannot have been freed (the caller's guard), so an equal address
     // is the same entry.
-    if (shard.Find(hash, key, eq_) != n) {
+    if (shard.Find(hash, key, lookup_eq()) != n) {
       unneeded = true;
     } else if (shard.HasLiveFlight(key, hash, now, max_load_age_)) {
       // One load per key; the one in flight replaces `n` when it stores.
@@ -2757,7 +2783,7 @@ template <typename Q>
 std::optional<V> Cache<K, V, P, H, E>::GetIfPresentAny(const Q& key) const {
   const size_t hash = HashOf(key);
   internal::EpochGuard guard;
-  const Entry* n = ShardFor(hash).Find(hash, key, eq_);
+  const Entry* n = ShardFor(hash).Find(hash, key, lookup_eq());
   if (n == nullptr || !n->has_value()) return std::nullopt;
   const int64_t now = NowNanos();
   if (now < n->keep_until(fixed_times_) &&
@@ -2783,7 +2809,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   int64_t load_duration = 0;
   {
     internal::EpochGuard guard;
-    if (const Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+    if (const Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
       load_duration = n->load_duration(fixed_times_);
     }
   }
@@ -2807,7 +2833,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   {
     Writer w(shard);
     shard.DropFlight(w, key, hash);  // Its result must not overwrite this.
-    Entry* current = shard.Find(hash, key, eq_);
+    Entry* current = shard.Find(hash, key, lookup_eq());
     evicted = shard.Store(w, current, std::move(fresh), now);
   }
   recorder_.Evicted(evicted);
@@ -2821,7 +2847,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
       // `Get` takes the tier's record.
       Writer w(shard);
       shard.DropFlight(w, key, hash);
-      if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) {
+      if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
         const std::string* stored = n->shared_version();
         if (stored == nullptr || *stored != version) shard.Unlink(w, n);
       }
@@ -2877,7 +2903,8 @@ void Cache<K, V, P, H, E>::InvalidateLocally(const K& key, size_t hash) {
   Shard& shard = ShardFor(hash);
   Writer w(shard);
   shard.DropFlight(w, key, hash);
-  if (Entry* n = shard.Find(hash, key, eq_); n != nullptr) shard.Unlink(w, n);
+  if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr)
+    shard.Unlink(w, n);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

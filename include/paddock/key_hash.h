@@ -1,16 +1,19 @@
 // File: paddock/key_hash.h
 // -----------------------------------------------------------------------------
-// The `Hash` and `Eq` a `paddock::Cache<K, V>` uses unless told otherwise.
-// For most keys they are `absl::Hash<K>` and `std::equal_to<K>`. For
-// `std::string` and `std::string_view` keys they are transparent: they hash
-// and compare anything convertible to `std::string_view` as the string it
-// holds, so that `cache.Get(std::string_view)` or `cache.Get("literal")`
-// finds a `std::string` key without building one (heterogeneous lookup, as
-// in `absl::flat_hash_map`). A hit then allocates nothing.
+// How a `paddock::Cache<K, V>` hashes and compares keys. Its `Hash` and `Eq`
+// default to `absl::Hash<K>` and `std::equal_to<K>`. For `std::string` (and
+// `std::string_view`) keys with those defaults, lookups call
+// `StringKeyHash` and `StringKeyEq` in their place: they hash and compare
+// exactly as the defaults do for a `std::string`, and they are transparent,
+// taking anything convertible to `std::string_view` as the string it holds,
+// so that `cache.Get(std::string_view)` or `cache.Get("literal")` finds a
+// `std::string` key without building one (heterogeneous lookup, as in
+// `absl::flat_hash_map`). A hit then allocates nothing.
 //
 // A user's own `Hash` and `Eq` get the same lookups by declaring
 // `using is_transparent = void;` and accepting the other key types, provided
-// they hash and compare such a key exactly as the K made from it.
+// they hash and compare such a key exactly as the K made from it;
+// `StringKeyHash` and `StringKeyEq` may be named for that, too.
 
 #ifndef PADDOCK_KEY_HASH_H_
 #define PADDOCK_KEY_HASH_H_
@@ -51,24 +54,42 @@ struct StringKeyEq {
 
 namespace internal {
 
-template <typename K>
-struct DefaultKeyFunctions {
-  using Hash = absl::Hash<K>;
-  using Eq = std::equal_to<K>;
+// What a cache hashes keys with for lookups: its `Hash`, except that
+// `StringKeyHash` takes the place of the default `absl::Hash` of string
+// keys. For a `std::string` it gives the same values (both hash the
+// characters as an `absl::string_view`) and is transparent; for a
+// `std::string_view` it is absl's seeded hash, where
+// `absl::Hash<std::string_view>` is libstdc++'s unseeded `std::hash` when
+// abseil has a string_view of its own (Debian's does).
+template <typename K, typename Hash>
+struct LookupHashOf {
+  using type = Hash;
 };
 template <>
-struct DefaultKeyFunctions<std::string> {
-  using Hash = StringKeyHash;
-  using Eq = StringKeyEq;
+struct LookupHashOf<std::string, absl::Hash<std::string>> {
+  using type = StringKeyHash;
 };
 template <>
-struct DefaultKeyFunctions<std::string_view> {
-  using Hash = StringKeyHash;
-  using Eq = StringKeyEq;
+struct LookupHashOf<std::string_view, absl::Hash<std::string_view>> {
+  using type = StringKeyHash;
 };
 
-// Whether a `Cache<K, V, P, Hash, Eq>` looks `K` up by a `Q` (see
-// `Cache::kLooksUp`).
+// The same for the comparison: `StringKeyEq` in place of `std::equal_to`.
+template <typename K, typename Eq>
+struct LookupEqOf {
+  using type = Eq;
+};
+template <>
+struct LookupEqOf<std::string, std::equal_to<std::string>> {
+  using type = StringKeyEq;
+};
+template <>
+struct LookupEqOf<std::string_view, std::equal_to<std::string_view>> {
+  using type = StringKeyEq;
+};
+
+// Whether a cache whose lookups call `Hash` and `Eq` looks `K` up by a `Q`
+// (see `Cache::kLooksUp`).
 template <typename Q, typename K, typename Hash, typename Eq>
 concept LooksUpWith =
     !std::same_as<Q, K> && std::constructible_from<K, const Q&> &&
@@ -81,11 +102,12 @@ concept LooksUpWith =
 
 }  // namespace internal
 
-// The default `Hash` and `Eq` of `Cache<K, V>` (see the top of this file).
+// The default `Hash` and `Eq` of `Cache<K, V>`: `absl::Hash<K>` and
+// `std::equal_to<K>`, for every K.
 template <typename K>
-using KeyHash = typename internal::DefaultKeyFunctions<K>::Hash;
+using KeyHash = absl::Hash<K>;
 template <typename K>
-using KeyEq = typename internal::DefaultKeyFunctions<K>::Eq;
+using KeyEq = std::equal_to<K>;
 
 }  // namespace paddock
 
