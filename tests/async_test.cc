@@ -644,6 +644,20 @@ TEST_F(AsyncTest, AnAsyncLoaderThatGetsItsOwnKeyIsRefusedAtOnce) {
   EXPECT_EQ(cache.stats().wait_timeouts, 0u);
 }
 
+// A completion is called by name (`done(v)`) as readily as moved; the
+// second call does nothing.
+TEST_F(AsyncTest, ACompletionCalledByNameCountsOnceAndOnlyOnce) {
+  StringCache cache(StringCache::AsyncLoader(
+                        [](const std::string& k, Completion<std::string> done) {
+                          done(k + "!");
+                          done(absl::InternalError("a second call is ignored"));
+                          EXPECT_FALSE(done);
+                        }),
+                    options_);
+  EXPECT_EQ(*cache.Get("k"), "k!");
+  EXPECT_EQ(cache.stats().load_failures, 0u);
+}
+
 TEST_F(AsyncTest, GetWorksWithAnAsyncLoaderByWaiting) {
   ThreadPool completers(1);
   StringCache cache(

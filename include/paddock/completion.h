@@ -56,7 +56,8 @@ class Completion {
   // it, and every waiter of the load gets it, on the calling thread. Call at
   // most once (later calls do nothing). Thread-safe with respect to the
   // cache; the completion itself must not be used by two threads at once.
-  void operator()(absl::StatusOr<V> result) && {
+  // Callable as `done(result)` or `std::move(done)(result)` alike.
+  void operator()(absl::StatusOr<V> result) {
     if (finish_) std::exchange(finish_, nullptr)(std::move(result), false);
   }
 
