@@ -232,6 +232,36 @@ TEST_F(AsyncTest, AsyncWaitersTimeOutWithoutAThreadEachAndTheLoadStillStores) {
   EXPECT_EQ(cache.GetIfPresent("k"), "k");  // Stored all the same.
 }
 
+// What `Get` does at wait_timeout, an async waiter gets too: a value the
+// policy still keeps (SingleFlight keeps an expired one for this), from the
+// timer, while the load goes on.
+TEST_F(AsyncTest, AnAsyncWaiterTimingOutGetsAStaleValueThePolicyKeeps) {
+  ThreadPool pool(1);
+  options_.executor = &pool;
+  options_.wait_timeout = absl::Milliseconds(50);
+  Gate release;
+  std::atomic<int> calls{0};
+  StringCache cache(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        if (++calls > 1) release.Wait();
+        return absl::StrCat(k, "#", calls.load());
+      },
+      options_);
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  clock_.Advance(absl::Seconds(11));  // Past the 10 s ttl.
+  Results results;
+  for (int i = 0; i < 3; ++i) cache.GetAsync("k", results.Callback());
+  ASSERT_TRUE(results.WaitFor(3));  // Timed out, the load still hung.
+  for (const auto& r : results.results()) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, "k#1");
+  }
+  EXPECT_EQ(cache.stats().stale_fallbacks, 3u);
+  release.Open();
+  while (cache.loads_in_flight() != 0) std::this_thread::yield();
+  EXPECT_EQ(cache.GetIfPresent("k"), "k#2");  // Stored all the same.
+}
+
 // max_load_age lets a blocking Get start a fresh load past a hung one, on
 // its own thread. A GetAsync miss would start it on the executor: one more
 // thread every max_load_age, until one hung key held the whole pool and no
