@@ -367,8 +367,10 @@ class Cache {
 
   // Cache::hash_function(), Cache::key_eq()
   //
-  // Return copies of the `Hash` and `Eq` this cache calls, as the standard
-  // containers do. Thread-safe: they never change.
+  // Return copies of the cache's `Hash` and `Eq` (given, or made by
+  // default), as the standard containers do. Thread-safe: they never change.
+  // For string keys with the default ones, lookups call their transparent
+  // equivalents instead, which hash and compare alike (key_hash.h).
   Hash hash_function() const { return hash_; }
   Eq key_eq() const { return eq_; }
 
