@@ -30,17 +30,30 @@ constexpr uint64_t ValueFor(uint64_t key) { return key * 2 + 1; }
 // Loader
 //
 // What every adapter calls on a miss. Copyable and cheap to call: a load
-// counts itself (if `calls` is set) and then takes `delay`, either in real
-// time (a sleep, as a remote backend would) or, when `clock` is set, by
-// advancing that clock, so a cache on a `ManualClock` measures a load
+// counts itself (if `calls` is set), computes for `work` rounds (a value
+// that costs CPU, as an assembled page does), and then takes `delay`, either
+// in real time (a sleep, as a remote backend would) or, when `clock` is set,
+// by advancing that clock, so a cache on a `ManualClock` measures a load
 // duration without anyone waiting.
 struct Loader {
   std::atomic<uint64_t>* calls = nullptr;
+  // Rounds of a dependent multiply-xorshift chain: each waits for the one
+  // before, so their time does not depend on the loop being vectorised, and
+  // a sleep could not be as short (a microsecond's sleep takes tens).
+  uint32_t work = 0;
   absl::Duration delay = absl::ZeroDuration();
   paddock::ManualClock* clock = nullptr;
 
   uint64_t operator()(uint64_t key) const {
     if (calls != nullptr) calls->fetch_add(1, std::memory_order_relaxed);
+    if (work != 0) {
+      uint64_t x = key;
+      for (uint32_t i = 0; i < work; ++i) {
+        x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15;
+      }
+      // An empty use of the result, so that the chain is not dead code.
+      asm volatile("" : : "r"(x));
+    }
     if (delay > absl::ZeroDuration()) {
       if (clock != nullptr) {
         clock->Advance(delay);

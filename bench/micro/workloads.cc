@@ -52,6 +52,11 @@ constexpr size_t kReadWriteCapacity = 2 * kReadWriteKeys;
 constexpr size_t kReadWriteTraceLength = size_t{1} << 20;
 constexpr int kWritesPerTen = 1;
 
+// Zipf with a costly load: rounds of Loader::work, about a microsecond of
+// one core's time on the VMs of docs/benchmarks.md (which derives it from
+// `unsync_flat_hash_map`'s two Zipf rows).
+constexpr uint32_t kCostlyLoadWork = 600;
+
 // Cold-key herd: the load a herd piles up on, as a remote backend would take.
 constexpr absl::Duration kHerdLoadTime = absl::Milliseconds(1);
 
@@ -130,12 +135,17 @@ struct HotKeyHit : Fixture<A> {
 // ---------------------------------------------------------------------------
 // BM_Zipf: reads with load-on-miss of a trivial loader; `hit_ratio` shows the
 // eviction policy. The cache is warmed with an independent trace first.
+// BM_ZipfCostlyLoad is the same with a load that computes for
+// kCostlyLoadWork rounds (`Loader::work`), so that a miss costs what a
+// cached computation would: there the hit ratio weighs, not only the
+// lookup.
 
-template <CacheAdapter A>
+template <CacheAdapter A, uint32_t kLoadWork = 0>
 struct Zipf : Fixture<A> {
   static void Setup(const benchmark::State&) {
     Zipf::cache = std::make_unique<A>(AdapterConfig{
-        .capacity = kZipfCapacity, .loader = {.calls = &Zipf::loader_calls}});
+        .capacity = kZipfCapacity,
+        .loader = {.calls = &Zipf::loader_calls, .work = kLoadWork}});
     for (uint64_t key : WarmupZipfTrace()) Zipf::cache->Get(key);
     Zipf::loader_calls.store(0);
     MeasuredZipfTrace();  // Built here, not in the first run's thread.
@@ -397,9 +407,9 @@ void RegisterHotKeyHit() {
       ->UseRealTime();
 }
 
-template <CacheAdapter A>
-void RegisterZipf() {
-  auto* b = RegisterFixture<Zipf<A>>(NameOf<A>("BM_Zipf"))
+template <CacheAdapter A, uint32_t kLoadWork>
+void RegisterZipf(std::string_view workload) {
+  auto* b = RegisterFixture<Zipf<A, kLoadWork>>(NameOf<A>(workload))
                 ->Iterations(kZipfTraceLength)
                 ->Threads(1);
   if (A::kConcurrent) b->Threads(2);
@@ -453,7 +463,8 @@ template <CacheAdapter... As>
 void RegisterAll(AdapterList<As...>) {
   // Grouped by workload, adapters in table order.
   (RegisterHotKeyHit<As>(), ...);
-  (RegisterZipf<As>(), ...);
+  (RegisterZipf<As, 0>("BM_Zipf"), ...);
+  (RegisterZipf<As, kCostlyLoadWork>("BM_ZipfCostlyLoad"), ...);
   (RegisterReadWrite<As>(), ...);
   (RegisterColdKeyHerd<As>(), ...);
   RegisterXFetch<PaddockSingleFlight>();
