@@ -475,6 +475,28 @@ TEST_F(FleetTest, AGetDuringPutDoesNotKeepTheReplacedValue) {
   EXPECT_EQ(fleet_loads_, 2);            // "k" once, "other" once.
 }
 
+// 0.0 and -0.0 are one key to the default Hash and Eq, so they must be one
+// key to the tier too: a Put of 0.0 in one process replaces what another
+// loaded for -0.0, which then takes the new value, not its old record.
+TEST_F(FleetTest, APutOfZeroReplacesWhatAnotherProcessLoadedForMinusZero) {
+  ManualClock clock(absl::UnixEpoch() + absl::Hours(1));
+  ManualExecutor executor;
+  int loads = 0;
+  Options options{.ttl = absl::Seconds(10), .clock = &clock};
+  options.executor = &executor;
+  options.shared = tier_;
+  const auto loader = [&](double key) -> absl::StatusOr<std::string> {
+    return absl::StrCat("loaded ", key, " #", ++loads);
+  };
+  Cache<double, std::string, SingleFlight> a(loader, options);
+  Cache<double, std::string, SingleFlight> b(loader, options);
+  ASSERT_EQ(*b.Get(-0.0), "loaded -0 #1");
+  a.Put(0.0, "put");
+  EXPECT_EQ(b.GetIfPresent(-0.0), std::nullopt);  // Told of the write.
+  EXPECT_EQ(*b.Get(-0.0), "put");                 // The tier's new record.
+  EXPECT_EQ(loads, 1);
+}
+
 TEST_F(FleetTest, AFillThatLostItsLeaseStoresNothingAnywhere) {
   Pod<SingleFlight> a(tier_, &fleet_loads_), b(tier_, &fleet_loads_);
   // While a loads under the lease, b invalidates the key (fleet-wide).

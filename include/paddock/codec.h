@@ -15,6 +15,11 @@
 // `AbslStringify` overload. Decode is strict: trailing bytes, overflow or an
 // empty input are errors, never a partial value.
 //
+// Equal keys must encode alike: the tier tells keys apart by their bytes, so
+// a key written by one process under one spelling and invalidated by another
+// under a second would leave the first copy standing. Every built-in codec
+// keeps that rule; a specialisation of your own must too.
+//
 // Version the encoding with the shared tier's key prefix (`svc:v1:`): a
 // process running a new format must not read the old one.
 
@@ -22,6 +27,7 @@
 #define PADDOCK_CODEC_H_
 
 #include <charconv>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <optional>
@@ -76,10 +82,20 @@ struct Codec<bool> {
   }
 };
 
-// Integers and floating point as shortest round-trip decimal text.
+// Integers and floating point as shortest round-trip decimal text. Values
+// that compare equal encode alike: -0.0 encodes as "0" (and so reads back as
+// +0.0), since `==` and absl::Hash take it for 0.0. Every NaN encodes as
+// "nan" (its sign and payload dropped): one spelling for what is, to the
+// tier, one key. A NaN key is never equal to itself under `std::equal_to`,
+// so a cache never finds it again, here or anywhere: give such keys a type
+// whose equality says what they mean.
 template <typename T>
 requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) struct Codec<T> {
   static std::string Encode(T t) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(t)) return "nan";
+      if (t == T{0}) t = T{0};  // -0.0 becomes +0.0.
+    }
     char buf[64];
     const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), t);
     (void)ec;  // 64 bytes hold every arithmetic value's shortest form.
