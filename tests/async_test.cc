@@ -725,6 +725,65 @@ Task AwaitInto(StringCache& cache, std::string key,
   *out = co_await cache.Await(key);
 }
 
+// A coroutine that stays suspended at its end, so that the test destroys
+// it, and counts its frame's destruction.
+struct OwnedCoroutine {
+  struct promise_type {
+    OwnedCoroutine get_return_object() {
+      return {std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+
+struct CountsDestruction {
+  int* destroyed;
+  ~CountsDestruction() { ++*destroyed; }
+};
+
+OwnedCoroutine AwaitOwned(StringCache& cache, std::string key,
+                          std::optional<absl::StatusOr<std::string>>* out,
+                          int* destroyed) {
+  CountsDestruction local{destroyed};
+  *out = co_await cache.Await(key);
+}
+
+// Task libraries destroy suspended coroutines on cancellation and shutdown:
+// the load's answer, when it comes, must not touch the freed frame (under
+// ASan this was a heap-use-after-free, then a resume of freed memory).
+TEST_F(AsyncTest, DestroyingACoroutineSuspendedInAwaitDetachesIt) {
+  PendingLoads pending;
+  StringCache cache(pending.Loader(), options_);
+  std::optional<absl::StatusOr<std::string>> out;
+  int destroyed = 0;
+  OwnedCoroutine c = AwaitOwned(cache, "k", &out, &destroyed);
+  ASSERT_FALSE(c.handle.done());
+  ASSERT_EQ(pending.size(), 1u);
+  c.handle.destroy();
+  EXPECT_EQ(destroyed, 1);
+  pending.Take(0)("loaded");  // Answers nobody, and is stored.
+  EXPECT_FALSE(out.has_value());
+  EXPECT_EQ(cache.GetIfPresent("k"), "loaded");
+  EXPECT_EQ(cache.stats().loads, 1u);
+}
+
+TEST_F(AsyncTest, ACoroutineDestroyedBeforeTheCacheIsNotResumedByItsEnd) {
+  PendingLoads pending;
+  std::optional<absl::StatusOr<std::string>> out;
+  int destroyed = 0;
+  {
+    StringCache cache(pending.Loader(), options_);
+    OwnedCoroutine c = AwaitOwned(cache, "k", &out, &destroyed);
+    c.handle.destroy();
+  }  // ~Cache cancels the waiter: its answer is dropped too.
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_FALSE(out.has_value());
+}
+
 TEST_F(AsyncTest, AwaitIsReadyAtOnceOnAHitAndResumesWhereTheLoadCompletes) {
   StringCache cache(Loader(), options_);
   std::optional<absl::StatusOr<std::string>> cold, hot;

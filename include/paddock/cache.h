@@ -70,6 +70,7 @@
 #include "paddock/completion.h"
 #include "paddock/executor.h"
 #include "paddock/internal/async_waiters.h"
+#include "paddock/internal/await_state.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
@@ -1108,22 +1109,27 @@ class Cache<K, V, P, H, E>::AwaiterFor {
  public:
   AwaiterFor(const AwaiterFor&) = delete;
   AwaiterFor& operator=(const AwaiterFor&) = delete;
+  // Destroyed with a coroutine still suspended in it: detaches, so that the
+  // lookup's answer, when it comes, touches nothing of the frame.
+  ~AwaiterFor() {
+    if (state_ != nullptr) state_->Detach();
+  }
 
   bool await_ready() {
     result_ = cache_->TryServeNow(*key_);
     return result_.has_value();
   }
   bool await_suspend(std::coroutine_handle<> handle) {
-    handle_ = handle;
-    cache_->GetAsync(*key_, [this](absl::StatusOr<V> result) {
-      result_.emplace(std::move(result));
-      // Whoever comes second resumes: this callback, or nobody if it ran
-      // before the coroutine suspended.
-      if (second_.exchange(true, std::memory_order_acq_rel)) handle_.resume();
+    // On the heap, shared with the callback: the frame may go first.
+    state_ = std::make_shared<internal::AwaitState<absl::StatusOr<V>>>();
+    cache_->GetAsync(*key_, [state = state_](absl::StatusOr<V> result) {
+      state->Complete(std::move(result));
     });
-    return !second_.exchange(true, std::memory_order_acq_rel);
+    return state_->Suspend(handle);
   }
-  absl::StatusOr<V> await_resume() { return *std::move(result_); }
+  absl::StatusOr<V> await_resume() {
+    return result_.has_value() ? *std::move(result_) : state_->Take();
+  }
 
  private:
   friend class Cache;
@@ -1131,9 +1137,8 @@ class Cache<K, V, P, H, E>::AwaiterFor {
 
   Cache* const cache_;
   const Q* const key_;
-  std::optional<absl::StatusOr<V>> result_;
-  std::atomic<bool> second_{false};
-  std::coroutine_handle<> handle_;
+  std::optional<absl::StatusOr<V>> result_;  // Served at once.
+  std::shared_ptr<internal::AwaitState<absl::StatusOr<V>>> state_;
 };
 
 // ---------------------------------------------------------------------------
