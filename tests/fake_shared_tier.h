@@ -3,8 +3,9 @@
 // `FakeSharedTier`: an in-memory `paddock::SharedTier` on a clock of its own,
 // with the protocol's rules (get-or-lease, token-checked fill, write-through
 // that tells other subscribers), so that the cache's side of the fleet can be
-// tested deterministically: no server, no real time. Change notices are
-// delivered synchronously, on the writer's thread. A test can make every
+// tested deterministically: no server, no real time. Change notices
+// (OnInvalidate to the others, OnChange to all) are delivered synchronously,
+// on the writer's thread. A test can make every
 // call fail, and can run code when a cache waits for another's fill.
 
 #ifndef PADDOCK_TESTS_FAKE_SHARED_TIER_H_
@@ -97,18 +98,22 @@ class FakeSharedTier final : public SharedTier {
       }
       Store(key, fill);
     }
+    AnnounceChange(key);
     return true;
   }
 
   absl::Status Release(std::string_view key,
                        std::string_view lease_token) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     ++releases_;
     if (!failure_.ok()) return failure_;
     auto lease = leases_.find(std::string(key));
-    if (lease != leases_.end() && lease->second.token == lease_token) {
-      leases_.erase(lease);
+    if (lease == leases_.end() || lease->second.token != lease_token) {
+      return absl::OkStatus();
     }
+    leases_.erase(lease);
+    lock.unlock();
+    AnnounceChange(key);
     return absl::OkStatus();
   }
 
@@ -122,6 +127,7 @@ class FakeSharedTier final : public SharedTier {
       Store(key, fill);
     }
     Notify(key, origin);
+    AnnounceChange(key);
     return absl::OkStatus();
   }
 
@@ -134,6 +140,7 @@ class FakeSharedTier final : public SharedTier {
       records_.erase(std::string(key));
     }
     Notify(key, origin);
+    AnnounceChange(key);
     return absl::OkStatus();
   }
 
@@ -177,6 +184,13 @@ class FakeSharedTier final : public SharedTier {
     await_throws_ = throws;
   }
   void set_max_value_bytes(size_t n) { max_value_bytes_ = n; }
+  // Whether fills, puts, invalidations and releases reach every subscriber's
+  // OnChange (as they do from Redis's change feed); on by default. Off, a
+  // cache's parked loads learn of changes only by asking again.
+  void set_announces_changes(bool announces) {
+    std::lock_guard<std::mutex> lock(mu_);
+    announces_changes_ = announces;
+  }
   // Runs `hook` whenever a cache waits for another's fill.
   void set_on_await(std::function<void()> hook) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -276,6 +290,18 @@ class FakeSharedTier final : public SharedTier {
     for (Subscriber* s : others) s->OnInvalidate(key);
   }
 
+  // Synchronously, on the writer's thread, as Notify.
+  void AnnounceChange(std::string_view key) {
+    std::vector<Subscriber*> all;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!announces_changes_) return;
+      for (const auto& [id, subscriber] : subscribers_)
+        all.push_back(subscriber);
+    }
+    for (Subscriber* s : all) s->OnChange(key);
+  }
+
   const Clock* const clock_;
   const absl::Duration lease_for_;
   size_t max_value_bytes_ = 1 << 20;
@@ -288,6 +314,7 @@ class FakeSharedTier final : public SharedTier {
   absl::Status failure_;
   bool throws_ = false;
   bool await_throws_ = false;
+  bool announces_changes_ = true;
   uint64_t next_subscription_ = 0;
   int tokens_ = 0, versions_ = 0;
   int lookups_ = 0, fills_ = 0, releases_ = 0, awaits_ = 0;

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +31,7 @@
 #include "paddock/clock.h"
 #include "paddock/completion.h"
 #include "paddock/executor.h"
+#include "paddock/internal/fleet_waits.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
 
@@ -192,11 +194,153 @@ TEST_F(FleetTest, DestroyingTheCacheEndsAWaitForAnotherProcess) {
   Advance(absl::Seconds(11), a);
   tier_->TakeLease("k");                 // Another process refreshes it.
   ASSERT_EQ(*a.cache->Get("k"), "k#1");  // Stale; a refresh is queued.
-  std::thread refresher([&] { a.executor.RunAll(); });
-  while (tier_->awaits() == 0) std::this_thread::yield();  // It waits.
+  const size_t parked = internal::FleetWaits::Process().parked();
+  a.executor.RunAll();  // The refresh parks, its thread given back.
+  EXPECT_EQ(internal::FleetWaits::Process().parked(), parked + 1);
   a.cache.reset();
-  refresher.join();
+  EXPECT_EQ(internal::FleetWaits::Process().parked(), parked);
   EXPECT_EQ(a.loads, 1);
+}
+
+// -- A wait for another process's fill holds no thread and no load slot.
+
+// GetAsync misses of keys other pods are loading park without a thread
+// (issue 43: with two pool threads, two such keys made a third, free key
+// time out): every one of them leaves the executor at once, and the free
+// key's miss loads at once.
+TEST_F(FleetTest, AsyncMissesWaitingForOtherPodsHoldNoExecutorThread) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_);
+  const size_t parked = internal::FleetWaits::Process().parked();
+  std::vector<std::string> tokens;
+  std::vector<std::optional<absl::StatusOr<std::string>>> held(4);
+  for (int i = 0; i < 4; ++i) {
+    const std::string key = absl::StrCat("held", i);
+    tokens.push_back(tier_->TakeLease(key));  // Other pods load these.
+    a.cache->GetAsync(key, [&held, i](absl::StatusOr<std::string> v) {
+      held[i] = std::move(v);
+    });
+  }
+  EXPECT_EQ(a.executor.RunAll(), 4u);  // Each asks once, then parks.
+  EXPECT_EQ(tier_->awaits(), 0);       // No task waited on its thread.
+  EXPECT_EQ(internal::FleetWaits::Process().parked(), parked + 4);
+  std::optional<absl::StatusOr<std::string>> unheld;
+  a.cache->GetAsync("free",
+                    [&unheld](absl::StatusOr<std::string> v) { unheld = v; });
+  EXPECT_EQ(a.executor.RunAll(), 1u);
+  ASSERT_TRUE(unheld.has_value());
+  EXPECT_EQ(**unheld, "free#1");
+  // A fill wakes its waiter, which takes the value on the executor.
+  ASSERT_TRUE(*tier_->Fill("held2", tokens[2],
+                           SharedFill{.value = std::string("theirs"),
+                                      .fresh_for = absl::Seconds(10),
+                                      .keep_for = absl::Seconds(20)}));
+  EXPECT_EQ(internal::FleetWaits::Process().parked(), parked + 3);
+  EXPECT_EQ(a.executor.RunAll(), 1u);
+  ASSERT_TRUE(held[2].has_value());
+  EXPECT_EQ(**held[2], "theirs");
+  EXPECT_EQ(a.loads, 1);  // "free" only.
+  a.cache.reset();        // The other three end with the cache.
+  EXPECT_EQ(internal::FleetWaits::Process().parked(), parked);
+}
+
+// Without change announcements, a parked wait asks again on its timer, and
+// ends at its wait_timeout as a blocking caller's wait does.
+TEST_F(FleetTest, AParkedWaitAsksAgainOnItsTimerAndEndsAtItsTimeout) {
+  tier_->set_announces_changes(false);
+  Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{},
+                      Options{.wait_timeout = absl::Milliseconds(200)});
+  tier_->TakeLease("k");
+  std::optional<absl::StatusOr<std::string>> got;
+  a.cache->GetAsync("k", [&got](absl::StatusOr<std::string> v) { got = v; });
+  // Real time (the waits' clock): the timer wakes it within about 50 ms of
+  // the lease's end or the timeout; bounded generously.
+  for (int i = 0; i < 10000 && !got.has_value(); ++i) {
+    a.executor.RunAll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(tier_->lookups(), 2);  // Asked again at least at its deadline.
+  EXPECT_EQ(tier_->awaits(), 0);
+  EXPECT_EQ(a.loads, 0);
+}
+
+// SoftTtl in a fleet: a stale hit's refresh that finds another pod
+// refreshing does not keep a task waiting (issue 43: it parked an executor
+// thread for max_load_age); this pod serves stale and takes the fleet's
+// value when it arrives.
+TEST_F(FleetTest, ARefreshThatFindsTheLeaseHeldElsewhereParksAndTakesTheFill) {
+  Pod<SoftTtl> a(tier_, &fleet_loads_);
+  ASSERT_EQ(*a.cache->Get("k"), "k#1");
+  Advance(absl::Seconds(11), a);
+  const std::string token = tier_->TakeLease("k");  // Another pod refreshes.
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");             // Stale, at once.
+  EXPECT_EQ(a.executor.RunAll(), 1u);  // The refresh asks, then parks.
+  EXPECT_EQ(tier_->awaits(), 0);
+  EXPECT_EQ(*a.cache->Get("k"), "k#1");  // Still stale, no second refresh.
+  EXPECT_EQ(a.executor.pending(), 0u);
+  ASSERT_TRUE(*tier_->Fill("k", token,
+                           SharedFill{.value = std::string("refreshed"),
+                                      .fresh_for = absl::Seconds(10),
+                                      .keep_for = absl::Seconds(20)}));
+  EXPECT_EQ(a.executor.RunAll(), 1u);  // Woken: takes the fleet's value.
+  EXPECT_EQ(a.cache->GetIfPresent("k"), "refreshed");
+  EXPECT_EQ(a.loads, 1);
+}
+
+// max_concurrent_loads counts this process's loader calls only: a blocking
+// Get waiting for another pod's fill leaves the slot to a load of another
+// key (issue 43: that load waited 1.8 s for it).
+TEST_F(FleetTest, AWaitForAnotherPodHoldsNoLoadSlot) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{}, Options{.max_concurrent_loads = 1});
+  const std::string token = tier_->TakeLease("held");
+  std::optional<absl::StatusOr<std::string>> unheld;
+  tier_->set_on_await([&] {
+    if (unheld.has_value()) return;
+    unheld = a.cache->Get("free");  // While "held" waits, on this thread.
+    ASSERT_TRUE(*tier_->Fill("held", token,
+                             SharedFill{.value = std::string("theirs"),
+                                        .fresh_for = absl::Seconds(10),
+                                        .keep_for = absl::Seconds(20)}));
+  });
+  EXPECT_EQ(*a.cache->Get("held"), "theirs");
+  ASSERT_TRUE(unheld.has_value());
+  ASSERT_TRUE(unheld->ok()) << unheld->status();
+  EXPECT_EQ(**unheld, "free#1");
+}
+
+TEST_F(FleetTest, AParkedAsyncWaitHoldsNoLoadSlot) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{}, Options{.max_concurrent_loads = 1});
+  tier_->TakeLease("held");
+  a.cache->GetAsync("held", [](absl::StatusOr<std::string>) {});
+  EXPECT_EQ(a.executor.RunAll(), 1u);  // Parked.
+  std::optional<absl::StatusOr<std::string>> unheld;
+  a.cache->GetAsync("free",
+                    [&unheld](absl::StatusOr<std::string> v) { unheld = v; });
+  EXPECT_EQ(a.executor.RunAll(), 1u);
+  ASSERT_TRUE(unheld.has_value());
+  ASSERT_TRUE(unheld->ok()) << unheld->status();
+  EXPECT_EQ(**unheld, "free#1");
+}
+
+// A lease that lapses (its holder died) is taken by a parked wait when it
+// asks again, and this pod loads for the fleet, with a slot of its own.
+TEST_F(FleetTest, AParkedWaitWhoseHolderDiedLoadsForTheFleet) {
+  Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),
+                      SingleFlight{}, Options{.max_concurrent_loads = 1});
+  tier_->TakeLease("k");
+  std::optional<absl::StatusOr<std::string>> got;
+  a.cache->GetAsync("k", [&got](absl::StatusOr<std::string> v) { got = v; });
+  EXPECT_EQ(a.executor.RunAll(), 1u);     // Parked.
+  tier_clock_.Advance(absl::Minutes(1));  // The holder's lease lapses...
+  internal::FleetWaits::Process().NotifyAll(tier_.get());  // ...asked again.
+  EXPECT_EQ(a.executor.RunAll(), 1u);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(**got, "k#1");
+  EXPECT_EQ(*tier_->record("k")->value, "k#1");  // Filled for the fleet.
 }
 
 TEST_F(FleetTest, SoftTtlServesStaleEverywhereWhileOnePodRefreshes) {

@@ -74,6 +74,7 @@
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
+#include "paddock/internal/fleet_waits.h"
 #include "paddock/internal/flight.h"
 #include "paddock/internal/hash_mix.h"
 #include "paddock/internal/lifeline.h"
@@ -156,9 +157,8 @@ class Cache {
         Eq eq = Eq());
 
   // Blocks until background loads of this cache that are running have
-  // returned; queued ones are dropped without calling the loader. A load
-  // waiting for another process's fill (Options::shared) stops waiting, with
-  // `absl::CancelledError`, within a second. After it
+  // returned; queued ones are dropped without calling the loader, and so
+  // are loads parked for another process's fill (Options::shared). After it
   // returns the loader is never called again. Stored values are destroyed
   // here; removed ones awaiting reclamation may outlive it (see above). Must
   // not be called from inside this cache's loader, nor while another thread
@@ -442,6 +442,21 @@ class Cache {
     // Instead of `flight`: a foreground load registered without one, which
     // the first caller to join makes (internal/shard.h).
     internal::PendingLoad<Flight>* pending = nullptr;
+    // Run by a task on the executor: a wait for another process's fill
+    // parks it (internal/fleet_waits.h) and gives the thread back, where a
+    // blocking caller waits on its own thread.
+    bool parkable = false;
+  };
+
+  // Where a load that asks the shared tier stands between two lookups, so
+  // that one parked for another process's fill resumes where it left off.
+  struct FleetProgress {
+    std::string key_bytes;
+    std::string have_version;  // The version this process holds, if any.
+    absl::Duration budget;     // How long it waits for another's fill.
+    std::chrono::steady_clock::time_point deadline;
+    bool waited = false;  // Counted in lease_waits already.
+    bool asked_past_bad_record = false;
   };
 
   // What a stored entry answers a lookup at some instant.
@@ -702,6 +717,47 @@ class Cache {
                               const absl::Status& thrown);
   // The shared tier's part of a load: its value, a lease, or a wait.
   std::optional<Outcome> RunFleetLoad(Load& load);
+  // RunFleetLoad from its first lookup on, and from each later one: asks
+  // the tier until it answers with a value or a lease, or the wait for
+  // another process's fill ends. Returns nullopt if the load goes on
+  // elsewhere (parked, or an asynchronous loader's).
+  std::optional<Outcome> AskFleet(Load& load, FleetProgress& progress);
+  // Parks `load` (run on the executor) until its key changes in the tier or
+  // `wait` passes, its thread and flight handed to FleetWaits; returns
+  // false, parking nothing, if the key changed since `since` (a
+  // FleetWaits::sequence()): ask again at once. Throws if it cannot park.
+  bool ParkFleetLoad(Load& load, const FleetProgress& progress, uint64_t since,
+                     absl::Duration wait);
+  // LoadHere for a load that asked the tier: takes its load slot first,
+  // which it held during no wait for another process. A refresh nobody
+  // waits for that finds none is skipped; otherwise it waits for one
+  // within wait_timeout. A load that ends without one gives its lease back.
+  std::optional<Outcome> LoadWithSlot(Load& load, const std::string* key_bytes,
+                                      const std::string* lease_token);
+  // Gives a lease back, if `lease_token` is one; a failure is counted.
+  void GiveBackLease(const std::string* key_bytes,
+                     const std::string* lease_token) noexcept;
+  // Whether loads ask a shared tier first.
+  bool fleet() const {
+    if constexpr (kShareable) {
+      return tier_ != nullptr;
+    } else {
+      return false;
+    }
+  }
+  // A load slot for a load that needs one now: waits within wait_timeout,
+  // and stops once the destructor begins. 0 if none came.
+  internal::LoadSlots::Ticket AcquireSlot() {
+    return slots_.AcquireFor(
+        options_.wait_timeout, [this] { return NowNanos(); },
+        [this] { return lifeline_->closing(); });
+  }
+  // What a load gets when no slot came free within wait_timeout.
+  absl::Status NoSlotError() const {
+    return absl::DeadlineExceededError(
+        absl::StrCat("paddock: no load slot came free within wait_timeout (",
+                     absl::FormatDuration(options_.wait_timeout), ")"));
+  }
   // `record`'s value or remembered error; nullopt if this process cannot
   // use it (undecodable, over max_value_bytes).
   std::optional<absl::StatusOr<V>> DecodeRecord(const SharedRecord& record);
@@ -860,11 +916,16 @@ class Cache<K, V, P, H, E>::TierSubscriber final
     }
   }
   void OnMissedInvalidations() override {
+    // Fills may have been missed too: every parked load asks again.
+    internal::FleetWaits::Process().NotifyAll(cache_->tier_);
     try {
       cache_->InvalidateAllLocally();
     } catch (...) {
       // Out of memory listing the entries: they expire on their own.
     }
+  }
+  void OnChange(std::string_view key_bytes) override {
+    internal::FleetWaits::Process().Notify(cache_->tier_, key_bytes);
   }
 
  private:
@@ -890,7 +951,12 @@ class Cache<K, V, P, H, E>::LoadTask {
   LoadTask(LoadTask&&) noexcept = default;
   LoadTask& operator=(LoadTask&&) = delete;
   ~LoadTask() {
-    if (flight_ != nullptr) Run(/*dropped=*/true);
+    if (flight_ == nullptr) return;
+    if (resume_.has_value()) {
+      Resume(/*dropped=*/true);
+    } else {
+      Run(/*dropped=*/true);
+    }
   }
 
   // Gives the task its registered flight; until then destroying it does
@@ -903,11 +969,53 @@ class Cache<K, V, P, H, E>::LoadTask {
     delivery_ = std::move(delivery);
   }
 
+  // Makes the task the next step of a load parked for another process's
+  // fill (`load`, whose flight it shares): it asks the tier again from
+  // `progress` when run. Destroyed unrun, it ends the load (see Resume).
+  void ContinueAfterPark(const Load& load, FleetProgress progress) {
+    resume_.emplace(std::move(progress));
+    flight_ = load.flight;
+    delivery_ = load.delivery;
+    caller_waits_ = load.caller_waits;
+  }
+
+  // Forgets the load: destroying the task then does nothing (the load goes
+  // on elsewhere).
+  void Disarm() {
+    flight_ = nullptr;
+    delivery_ = nullptr;
+  }
+
   void operator()() && {
-    if (flight_ != nullptr) Run(/*dropped=*/false);
+    if (flight_ == nullptr) return;
+    if (resume_.has_value()) {
+      Resume(/*dropped=*/false);
+    } else {
+      Run(/*dropped=*/false);
+    }
   }
 
  private:
+  // A parked load, woken: asks the tier again (or, `dropped` by the
+  // executor, ends with Cancelled). After the cache is gone it does
+  // nothing: ~Cache has answered its asynchronous waiters, and no caller
+  // blocks on a cache being destroyed.
+  void Resume(bool dropped) noexcept {
+    const internal::Lifeline::Pass pass = lifeline_->Enter();
+    Load load{key_, hash_, std::move(flight_), kind_};
+    if (!pass) return;
+    load.caller_waits = caller_waits_;
+    load.delivery = std::move(delivery_);
+    load.parkable = true;
+    if (dropped || lifeline_->closing()) {
+      const int64_t now = cache_->NowNanos();
+      cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
+                       /*loader_ran=*/false, now, now);
+      return;
+    }
+    if constexpr (kShareable) cache_->AskFleet(load, *resume_);
+  }
+
   void Run(bool dropped) noexcept {
     const std::shared_ptr<Flight> flight = std::move(flight_);
     const internal::Lifeline::Pass pass = lifeline_->Enter();
@@ -924,6 +1032,7 @@ class Cache<K, V, P, H, E>::LoadTask {
     Load load{key_, hash_, flight, kind_, claimed_ ? 0 : flight->slot()};
     load.caller_waits = kind_ == LoadKind::kForeground;
     load.delivery = delivery_;
+    load.parkable = true;
     if (dropped) {
       cache_->slots_.Release(std::exchange(load.slot, 0));
       const int64_t now = cache_->NowNanos();
@@ -938,24 +1047,18 @@ class Cache<K, V, P, H, E>::LoadTask {
       load.slot = cache_->slots_.Restart(load.slot, cache_->NowNanos());
       if (load.slot == 0 && cache_->SkipRefresh(load)) return;
     }
-    if (load.slot == 0) {
+    // With a shared tier the slot is taken once the loader is to run,
+    // never for a wait for another process (LoadWithSlot).
+    if (load.slot == 0 && !cache_->fleet()) {
       // The destructor waits for this task: it stops waiting for a slot
       // once the destructor begins (within LoadSlots' recheck interval).
-      load.slot = cache_->slots_.AcquireFor(
-          cache_->options_.wait_timeout, [this] { return cache_->NowNanos(); },
-          [this] { return lifeline_->closing(); });
+      load.slot = cache_->AcquireSlot();
       if (load.slot == 0) {
         const int64_t now = cache_->NowNanos();
-        cache_->Complete(
-            load,
-            lifeline_->closing()
-                ? DestroyedBeforeItRan()
-                : absl::DeadlineExceededError(absl::StrCat(
-                      "paddock: no load slot came free within "
-                      "wait_timeout (",
-                      absl::FormatDuration(cache_->options_.wait_timeout),
-                      ")")),
-            /*loader_ran=*/false, now, now);
+        cache_->Complete(load,
+                         lifeline_->closing() ? DestroyedBeforeItRan()
+                                              : cache_->NoSlotError(),
+                         /*loader_ran=*/false, now, now);
         return;
       }
     }
@@ -988,6 +1091,9 @@ class Cache<K, V, P, H, E>::LoadTask {
   bool claimed_ = false;
   std::shared_ptr<Flight> flight_;
   std::shared_ptr<Flight> delivery_;
+  // Set for the next step of a parked load (Resume).
+  std::optional<FleetProgress> resume_;
+  bool caller_waits_ = false;
 };
 
 // A GetAsync caller waiting for a load: completed once, by the load's
@@ -1243,6 +1349,9 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::~Cache() {
   subscription_.reset();  // No tier callback runs after this.
   lifeline_->CloseAndWait();
+  // Loads parked for another process's fill end here, touching nothing of
+  // the cache (LoadTask::Resume); their waiters are cancelled below.
+  if (tier_ != nullptr) internal::FleetWaits::Process().Drop(lifeline_.get());
   // No load completes any more: what still waits gets Cancelled, once.
   async_waiters_.CancelAll();
   pool_.reset();    // Runs queued tasks, which now skip the closed cache.
@@ -1933,17 +2042,14 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(const Outcome& outcome) {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
   load.caller_waits = true;
-  if (load.slot == 0) {
-    load.slot =
-        slots_.AcquireFor(options_.wait_timeout, [this] { return NowNanos(); });
+  // With a shared tier the slot is taken once the loader is to run, never
+  // for a wait for another process (LoadWithSlot).
+  if (load.slot == 0 && !fleet()) {
+    load.slot = AcquireSlot();
     if (load.slot == 0) {
       const int64_t now = NowNanos();
       return Serve(
-          Complete(load,
-                   absl::DeadlineExceededError(absl::StrCat(
-                       "paddock: no load slot came free within wait_timeout (",
-                       absl::FormatDuration(options_.wait_timeout), ")")),
-                   /*loader_ran=*/false, now, now));
+          Complete(load, NoSlotError(), /*loader_ran=*/false, now, now));
     }
   }
   if (!async_loader_) return Serve(*RunLoad(load));
@@ -2113,39 +2219,45 @@ void Cache<K, V, P, H, E>::FinishAsyncLoad(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
 Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
-  std::string key_bytes;
-  std::string have_version;
+  FleetProgress progress;
   try {
-    key_bytes = Codec<K>::Encode(load.key);
-    have_version = LocalVersion(load);
+    progress.key_bytes = Codec<K>::Encode(load.key);
+    progress.have_version = LocalVersion(load);
   } catch (...) {
     recorder_.SharedError();
-    return LoadHere(load, nullptr, nullptr);
+    return LoadWithSlot(load, nullptr, nullptr);
   }
   // A caller waits for another process's fill as long as it would wait for
   // a local load; a background refresh as long as a load may take.
-  const absl::Duration budget =
+  progress.budget =
       load.caller_waits ? options_.wait_timeout : options_.max_load_age;
-  const auto deadline = internal::IsForever(budget)
-                            ? std::chrono::steady_clock::time_point::max()
-                            : std::chrono::steady_clock::now() +
-                                  absl::ToChronoNanoseconds(budget);
-  bool waited = false;
-  bool asked_past_bad_record = false;
+  progress.deadline = internal::IsForever(progress.budget)
+                          ? std::chrono::steady_clock::time_point::max()
+                          : std::chrono::steady_clock::now() +
+                                absl::ToChronoNanoseconds(progress.budget);
+  return AskFleet(load, progress);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<typename Cache<K, V, P, H, E>::Outcome>
+Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
   for (;;) {
+    // Read before the lookup: a change announced after it wakes the wait.
+    const uint64_t since =
+        load.parkable ? internal::FleetWaits::Process().sequence() : 0;
     // SharedTier's methods never throw; one that does anyway (out of memory
     // in the tier's own code) is a tier error like any other, here as on a
     // refresh, where an exception would end the process.
     std::optional<absl::StatusOr<SharedLookup>> answer;
     try {
       answer.emplace(
-          tier_->Lookup(key_bytes, have_version,
+          tier_->Lookup(progress.key_bytes, progress.have_version,
                         internal::LeaseHoldFor(options_.max_load_age)));
     } catch (...) {
     }
     if (!answer.has_value() || !answer->ok()) {
       recorder_.SharedError();
-      return LoadHere(load, nullptr, nullptr);
+      return LoadWithSlot(load, nullptr, nullptr);
     }
     SharedLookup& lookup = **answer;
     const int64_t now = NowNanos();
@@ -2155,11 +2267,12 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
       // within stale_for): this caller gets it at once, as the callers of
       // processes that hold a copy do, and the refresh runs behind it.
       if (load.caller_waits && lookup.record.has_value() &&
-          lookup.record->value.ok() && lookup.record->version != have_version &&
+          lookup.record->value.ok() &&
+          lookup.record->version != progress.have_version &&
           ServesStale(*lookup.record, now)) {
         std::optional<absl::StatusOr<V>> stale = DecodeRecord(*lookup.record);
         if (stale.has_value()) {
-          return ServeStaleAndRefresh(load, key_bytes, lookup,
+          return ServeStaleAndRefresh(load, progress.key_bytes, lookup,
                                       *std::move(stale), now);
         }
         recorder_.SharedError();  // Undecodable: this load replaces it.
@@ -2167,13 +2280,13 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
       if (lookup.record.has_value() && lookup.record->value.ok()) {
         KeepTierStandIn(load, *lookup.record, now);
       }
-      return LoadHere(load, &key_bytes, &lookup.lease_token);
+      return LoadWithSlot(load, &progress.key_bytes, &lookup.lease_token);
     }
     const bool held_elsewhere =
         lookup.lease == SharedLookup::Lease::kHeldElsewhere;
-    if (held_elsewhere && !waited) {
+    if (held_elsewhere && !progress.waited) {
       recorder_.LeaseWait();
-      waited = true;
+      progress.waited = true;
     }
     if (lookup.record.has_value()) {
       const SharedRecord& record = *lookup.record;
@@ -2183,9 +2296,11 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
         // the holder of that very version, which gets the lease, so that
         // this load replaces it.
         recorder_.SharedError();
-        if (asked_past_bad_record) return LoadHere(load, nullptr, nullptr);
-        asked_past_bad_record = true;
-        have_version = record.version;
+        if (progress.asked_past_bad_record) {
+          return LoadWithSlot(load, nullptr, nullptr);
+        }
+        progress.asked_past_bad_record = true;
+        progress.have_version = record.version;
         continue;
       }
       if (!held_elsewhere ||
@@ -2198,7 +2313,7 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
       }
     } else if (!held_elsewhere) {
       recorder_.SharedError();  // "Fresh", with nothing: a broken tier.
-      return LoadHere(load, nullptr, nullptr);
+      return LoadWithSlot(load, nullptr, nullptr);
     }
     // Another process loads this key: wait for its fill, then ask again (a
     // holder that died lets the lease lapse, and this one may get it).
@@ -2212,7 +2327,7 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
                       /*loader_ran=*/false, now, now);
     }
     const auto steady_now = std::chrono::steady_clock::now();
-    if (steady_now >= deadline) {
+    if (steady_now >= progress.deadline) {
       if (load.caller_waits) recorder_.WaitTimeout();
       load.stale_until_keep = load.caller_waits;
       return Complete(
@@ -2220,18 +2335,101 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
           absl::DeadlineExceededError(absl::StrCat(
               "paddock: another process holds the shared tier's lease on "
               "this key and did not fill it within ",
-              absl::FormatDuration(budget))),
+              absl::FormatDuration(progress.budget))),
           /*loader_ran=*/false, now, now);
     }
+    // No load slot is held while another process loads (a refresh's
+    // reservation goes back too): LoadWithSlot takes one if this process
+    // is to load after all.
+    slots_.Release(std::exchange(load.slot, 0));
     const absl::Duration wait = std::min(
-        {absl::FromChrono(deadline - steady_now),
+        {absl::FromChrono(progress.deadline - steady_now),
          lookup.lease_remaining + absl::Milliseconds(50), absl::Seconds(1)});
+    if (load.parkable) {
+      try {
+        if (ParkFleetLoad(load, progress, since, wait)) return std::nullopt;
+        continue;  // The key changed since the lookup: ask again now.
+      } catch (...) {
+        // Could not park (out of memory, no timer thread): wait here.
+      }
+    }
     try {
-      tier_->AwaitChange(key_bytes, wait);
+      tier_->AwaitChange(progress.key_bytes, wait);
     } catch (...) {
       recorder_.SharedError();
-      return LoadHere(load, nullptr, nullptr);
+      return LoadWithSlot(load, nullptr, nullptr);
     }
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+bool Cache<K, V, P, H, E>::ParkFleetLoad(Load& load,
+                                         const FleetProgress& progress,
+                                         uint64_t since, absl::Duration wait) {
+  auto next = std::make_unique<LoadTask>(this, load.key, load.hash, load.kind);
+  next->ContinueAfterPark(load, progress);
+  LoadTask* const unparked = next.get();
+  internal::FleetWaits::Wake wake = [this, lifeline = lifeline_,
+                                     next = std::move(next)]() mutable {
+    // On the tier's thread (a change) or FleetWaits' (a time): the next
+    // step runs on the executor. A cache being destroyed gets nothing:
+    // `next` then ends touching nothing of it.
+    const internal::Lifeline::Pass pass = lifeline->Enter();
+    if (pass) Schedule(std::move(*next));
+  };
+  const auto at =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(wait);
+  bool parked = false;
+  try {
+    parked = internal::FleetWaits::Process().Park(
+        tier_, progress.key_bytes, lifeline_.get(), since, at, std::move(wake));
+  } catch (...) {
+    unparked->Disarm();  // The load goes on here: `next` must not end it.
+    throw;
+  }
+  if (!parked) unparked->Disarm();
+  return parked;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<typename Cache<K, V, P, H, E>::Outcome>
+Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const std::string* key_bytes,
+                                   const std::string* lease_token) {
+  if (load.slot == 0 && !load.caller_waits && load.kind == LoadKind::kRefresh) {
+    // Only a refresh: skipped if no slot is free and nobody waits for it.
+    load.slot = slots_.TryAcquire(NowNanos());
+    if (load.slot == 0 && SkipRefresh(load)) {
+      GiveBackLease(key_bytes, lease_token);
+      return std::nullopt;
+    }
+  }
+  if (load.slot == 0) {
+    load.slot = AcquireSlot();
+    if (load.slot == 0) {
+      GiveBackLease(key_bytes, lease_token);
+      const int64_t now = NowNanos();
+      return Complete(load,
+                      lifeline_->closing()
+                          ? absl::CancelledError(
+                                "paddock: cache destroyed before this load "
+                                "took a load slot")
+                          : NoSlotError(),
+                      /*loader_ran=*/false, now, now);
+    }
+  }
+  return LoadHere(load, key_bytes, lease_token);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::GiveBackLease(
+    const std::string* key_bytes, const std::string* lease_token) noexcept {
+  if (lease_token == nullptr) return;
+  try {
+    if (!tier_->Release(*key_bytes, *lease_token).ok()) {
+      recorder_.SharedError();
+    }
+  } catch (...) {
+    recorder_.SharedError();  // A tier that throws: the lease lapses.
   }
 }
 
@@ -2262,9 +2460,7 @@ Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
   // The lease goes back first: the refresh asks the tier again, as one that
   // a stale hit starts does (and finds another process refreshing, if one
   // took the lease meanwhile). Kept, the refresh would wait for it.
-  if (!tier_->Release(key_bytes, lookup.lease_token).ok()) {
-    recorder_.SharedError();
-  }
+  GiveBackLease(&key_bytes, &lookup.lease_token);
   recorder_.SharedHit();
   load.from_tier = &*lookup.record;
   Outcome outcome =
@@ -2307,9 +2503,7 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
       std::string bytes = Codec<V>::Encode(*result);
       if (bytes.size() > tier_->max_value_bytes()) {
         // Served and stored here only; the others may load it themselves.
-        if (!tier_->Release(key_bytes, lease_token).ok()) {
-          recorder_.SharedError();
-        }
+        GiveBackLease(&key_bytes, &lease_token);
         return;
       }
       fill = SharedFill{.value = std::move(bytes),
@@ -2331,9 +2525,7 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
       // would replace that record: still the fleet's value, which every
       // process may serve stale (this one keeps its copy and remembers the
       // error itself).
-      if (!tier_->Release(key_bytes, lease_token).ok()) {
-        recorder_.SharedError();
-      }
+      GiveBackLease(&key_bytes, &lease_token);
       return;
     }
   } catch (...) {
@@ -2341,13 +2533,7 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
     // too large to share: kept, it would be extended for hold_for while the
     // others wait for a fill that never comes.
     recorder_.SharedError();
-    try {
-      if (!tier_->Release(key_bytes, lease_token).ok()) {
-        recorder_.SharedError();
-      }
-    } catch (...) {
-      recorder_.SharedError();  // A tier that throws: the lease lapses.
-    }
+    GiveBackLease(&key_bytes, &lease_token);
     return;
   }
   std::optional<absl::StatusOr<bool>> filled;

@@ -65,8 +65,10 @@ struct Options {
   absl::Duration error_ttl = absl::ZeroDuration();
 
   // The most loader calls the cache runs at once, foreground and background
-  // together; 0 means no limit. A caller that needs a load waits for a slot
-  // within `wait_timeout`; a background refresh that finds none is skipped and
+  // together; 0 means no limit. A slot is held only while this process's
+  // loader runs (with `shared`, never while waiting for another process's
+  // fill). A caller that needs a load waits for a slot within
+  // `wait_timeout`; a background refresh that finds none is skipped and
   // tried again on a later hit. A refresh reserves its slot when it is queued
   // on the executor; a load that finds no slot free takes such a reservation
   // rather than wait behind a refresh that has not started (the refresh is

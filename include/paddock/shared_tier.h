@@ -11,8 +11,8 @@
 // asker (the lease) and tells the others how long the holder has. The holder
 // loads and fills; the fill is accepted only with the lease's token, so a
 // write (`Put`, `Invalidate`) made meanwhile wins over a load that started
-// before it. The others wait for the fill (`AwaitChange`) or serve what they
-// may serve stale.
+// before it. The others wait for the fill (`AwaitChange`, or, without a
+// thread, `Subscriber::OnChange`) or serve what they may serve stale.
 //
 // Keys are passed encoded (`paddock::Codec<K>::Encode`), values encoded
 // (`Codec<V>`). Ages and lifetimes are durations measured on the tier's own
@@ -166,6 +166,9 @@ class SharedTier {
   // Blocks until the tier learns that `key` was filled, put or invalidated,
   // or until `timeout` passes (real time). Returns whether a change was seen;
   // a hint only (it may also poll): the caller looks up again either way.
+  // A cache calls it only on the thread of a blocking `Get`; a load on an
+  // executor waits without a thread, woken by `Subscriber::OnChange` or a
+  // timer.
   virtual bool AwaitChange(std::string_view key, absl::Duration timeout) = 0;
 
   // Receives other caches' writes. Callbacks run on a thread of the tier, one
@@ -182,8 +185,16 @@ class SharedTier {
     // another): drop the local copy.
     virtual void OnInvalidate(std::string_view key) = 0;
     // The tier may have missed invalidations (its subscription was down):
-    // drop every local copy that came from the tier.
+    // drop every local copy that came from the tier. Changes of every kind
+    // (see OnChange) may have been missed too.
     virtual void OnMissedInvalidations() = 0;
+    // `key` changed in the tier: filled, put, invalidated or its lease given
+    // back, by any cache, this subscriber's own writes included. A cache
+    // whose load waits for another process's fill of `key` asks the tier
+    // again. A hint, and optional for a tier: one that never calls it
+    // leaves such loads to ask again on a timer (within about a second),
+    // and the default here ignores it.
+    virtual void OnChange(std::string_view key) { (void)key; }
   };
 
   // Ends a subscription when destroyed: blocks until no callback of it runs,

@@ -233,6 +233,9 @@ bool ChangeFeed::Loop::Handle(const redisReply& reply, bool* pong) {
       message->kind == ChangeKind::kInvalidate) {
     hub_->DeliverInvalidate(message->key, message->origin);
   }
+  // Every kind, every origin: what wakes loads parked for another
+  // process's fill (a cache's own invalidation first, then the wake).
+  if (!stopping()) hub_->DeliverChange(message->key);
   return true;
 }
 

@@ -134,6 +134,12 @@ void SubscriberHub::DeliverInvalidate(std::string_view key, uint64_t origin) {
           });
 }
 
+void SubscriberHub::DeliverChange(std::string_view key) {
+  Deliver(0, /*fall_back=*/false, [key](SharedTier::Subscriber& subscriber) {
+    subscriber.OnChange(key);
+  });
+}
+
 void SubscriberHub::DeliverMissed() {
   Deliver(0, /*fall_back=*/false, [](SharedTier::Subscriber& subscriber) {
     subscriber.OnMissedInvalidations();

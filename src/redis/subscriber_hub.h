@@ -40,6 +40,12 @@ class SubscriberHub : public std::enable_shared_from_this<SubscriberHub> {
   void DeliverInvalidate(std::string_view key, uint64_t origin)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // SubscriberHub::DeliverChange()
+  //
+  // Calls OnChange(key) on every subscription, dropping any exception (a
+  // hint: nothing falls back). Call from one thread at a time.
+  void DeliverChange(std::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
+
   // SubscriberHub::DeliverMissed()
   //
   // Calls OnMissedInvalidations() on every subscription, dropping any

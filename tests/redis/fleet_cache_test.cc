@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,7 @@
 #include "paddock/clock.h"
 #include "paddock/codec.h"
 #include "paddock/completion.h"
+#include "paddock/executor.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
 #include "paddock/redis.h"
@@ -77,6 +79,19 @@ using ::testing::HasSubstr;
 
 // Slack allowed on top of a bound on waiting.
 constexpr absl::Duration kSlack = absl::Seconds(2);
+
+// Built with a sanitizer, which slows every step several times over.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
 
 // Runs `threads` threads that each call `get(t)` once (`t` its index), all
 // released at once.
@@ -336,6 +351,88 @@ TEST_F(FleetCacheTest, ALeaseWaitThatReachesWaitTimeoutIsCounted) {
   EXPECT_EQ(waited.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(waiter->stats().lease_waits, 1u);
   EXPECT_EQ(waiter->stats().wait_timeouts, 1u);
+}
+
+// Issue 43: an async miss waiting for another pod's fill held an executor
+// thread for its whole wait, so with two pool threads two keys loading
+// elsewhere made a third, free key time out. Now such misses park without
+// a thread: the free key's miss answers at once.
+TEST_F(FleetCacheTest, AsyncMissesWaitingForAnotherPodLeaveTheExecutorFree) {
+  constexpr int kThreads = 2;
+  constexpr int kHeld = 3 * kThreads;
+  // The bound the issue sets, wider where sanitizers slow every step.
+  constexpr absl::Duration kFreeKeyBound =
+      kSanitized ? absl::Milliseconds(500) : absl::Milliseconds(50);
+  std::shared_ptr<RedisTier> holder_tier = Connect();
+  std::shared_ptr<RedisTier> waiter_tier = Connect();
+  ASSERT_NE(holder_tier, nullptr);
+  ASSERT_NE(waiter_tier, nullptr);
+  std::vector<std::string> tokens;
+  for (int i = 0; i < kHeld; ++i) {  // Another pod loads each of these.
+    absl::StatusOr<SharedLookup> lease =
+        holder_tier->Lookup(absl::StrCat("held", i), "", absl::Seconds(60));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_EQ(lease->lease, SharedLookup::Lease::kGranted);
+    tokens.push_back(lease->lease_token);
+  }
+  ThreadPool pool(kThreads);
+  CountingBackend backend;
+  Options options = CacheOptions(waiter_tier);
+  options.executor = &pool;
+  auto cache = NewCache(backend, options);
+
+  std::mutex mu;
+  std::vector<absl::StatusOr<std::string>> held;
+  for (int i = 0; i < kHeld; ++i) {
+    cache->GetAsync(absl::StrCat("held", i),
+                    [&](absl::StatusOr<std::string> v) {
+                      std::lock_guard<std::mutex> lock(mu);
+                      held.push_back(std::move(v));
+                    });
+  }
+  // Every held key has asked Redis and found the lease taken.
+  const absl::Time asked_by = absl::Now() + kSlack;
+  while (cache->stats().lease_waits < static_cast<uint64_t>(kHeld) &&
+         absl::Now() < asked_by) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(cache->stats().lease_waits, static_cast<uint64_t>(kHeld));
+
+  std::promise<absl::StatusOr<std::string>> free_key;
+  const absl::Time start = absl::Now();
+  cache->GetAsync("free", [&free_key](absl::StatusOr<std::string> v) {
+    free_key.set_value(std::move(v));
+  });
+  std::future<absl::StatusOr<std::string>> answer = free_key.get_future();
+  ASSERT_EQ(answer.wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
+  const absl::Duration took = absl::Now() - start;
+  const absl::StatusOr<std::string> got = answer.get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "free#1");
+  EXPECT_LT(took, kFreeKeyBound);
+
+  // The holder fills one: its waiter takes the value, no load here.
+  ASSERT_TRUE(*holder_tier->Fill("held0", tokens[0],
+                                 SharedFill{.value = std::string("theirs"),
+                                            .fresh_for = absl::Seconds(10),
+                                            .keep_for = absl::Seconds(20)}));
+  const absl::Time filled_by = absl::Now() + kSlack;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!held.empty() || absl::Now() >= filled_by) break;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(held.size(), 1u);
+    EXPECT_EQ(*held[0], "theirs");
+  }
+  EXPECT_EQ(backend.calls(), 1);  // "free" only.
+  cache.reset();                  // The rest are cancelled with the cache.
+  EXPECT_EQ(held.size(), static_cast<size_t>(kHeld));
 }
 
 // ---- Writes: Invalidate and Put ---------------------------------------------
