@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 
 namespace paddock::pg {
 
@@ -69,6 +70,12 @@ absl::Status StatusFromConnect(const PGconn* conn) {
       conn != nullptr ? PQerrorMessage(conn) : "out of memory";
   absl::StripTrailingAsciiWhitespace(&message);
   return absl::UnavailableError(absl::StrCat("postgres connect: ", message));
+}
+
+absl::Status DeadlineStatus(absl::string_view what, absl::Duration waited) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "postgres (deadline): no answer to the ", what, " within ",
+      absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(1)))));
 }
 
 }  // namespace paddock::pg

@@ -15,6 +15,10 @@
 //     (decided by the caller, not here)          caller's)
 //   query_canceled 57014: statement_timeout      DeadlineExceeded     keeps
 //     ran out, or pg_cancel_backend
+//   no answer by the caller's own deadline to    DeadlineExceeded     drops;
+//     the connect or the statement (a hung                            cancels
+//     server: statement_timeout runs on the                           the
+//     server and cannot end it): DeadlineStatus                       statement
 //   connection lost or refused: libpq reports    Unavailable          drops;
 //     CONNECTION_BAD, or SQLSTATE class 08,                           reopens
 //     57P01..57P03 (admin/crash shutdown,                             on a
@@ -26,7 +30,9 @@
 //     table, a constraint)
 //
 // Every message carries the SQLSTATE and the server's primary message:
-// `postgres 57014: canceling statement due to statement timeout`.
+// `postgres 57014: canceling statement due to statement timeout`; the
+// client's own deadline names the wait it ended instead:
+// `postgres (deadline): no answer to the statement within 2s`.
 
 #ifndef PADDOCK_EXAMPLES_POSTGRES_PG_STATUS_H_
 #define PADDOCK_EXAMPLES_POSTGRES_PG_STATUS_H_
@@ -35,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace paddock::pg {
 
@@ -54,9 +61,18 @@ absl::Status StatusFromResult(const PGconn* conn, const PGresult* result);
 
 // StatusFromConnect()
 //
-// Returns OK if `conn` (from PQconnectdb) is connected, else Unavailable with
-// libpq's message: the server is down, starting, or refuses connections.
+// Returns OK if `conn` (from PQconnectdb, or from PQconnectStart once
+// PQconnectPoll is done) is connected, else Unavailable with libpq's message:
+// the server is down, starting, or refuses connections.
 absl::Status StatusFromConnect(const PGconn* conn);
+
+// DeadlineStatus()
+//
+// Returns DeadlineExceeded for `what` (e.g. "connect", "statement") that got
+// no answer from the server by the caller's deadline, `waited` after it
+// began. The server may be hung (a frozen machine, a lost network): only the
+// client can end the wait, since statement_timeout runs on the server.
+absl::Status DeadlineStatus(absl::string_view what, absl::Duration waited);
 
 // Whether a connection whose statement failed can no longer be used, so a
 // pool must close it rather than hand it out again.
