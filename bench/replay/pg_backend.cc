@@ -42,22 +42,26 @@ bool IsMemberPage(const Scenario& s) {
   return s.db.workload == DbData::Workload::kMemberPage;
 }
 
-absl::Status PrepareStatements(PGconn* conn, const Scenario& s) {
+absl::Status PrepareStatements(PGconn* conn, const Scenario& s,
+                               absl::Time deadline) {
   if (IsMemberPage(s)) {
     absl::Status st = pg::PrepareStatement(
         conn, kMemberPage,
         "SELECT id, name FROM paddock_replay.member ORDER BY id "
-        "LIMIT $1 OFFSET $2");
+        "LIMIT $1 OFFSET $2",
+        deadline);
     if (!st.ok()) return st;
     return pg::PrepareStatement(conn, kMemberCount,
-                                "SELECT count(*) FROM paddock_replay.member");
+                                "SELECT count(*) FROM paddock_replay.member",
+                                deadline);
   }
   return pg::PrepareStatement(
       conn, kGroupSummary,
       "SELECT g.brand_id, count(*), min(g.price), max(g.price), sum(g.stock) "
       "FROM paddock_replay.group_goods p "
       "JOIN paddock_replay.goods g ON g.id = p.goods_id "
-      "WHERE p.group_id = $1 GROUP BY g.brand_id ORDER BY g.brand_id");
+      "WHERE p.group_id = $1 GROUP BY g.brand_id ORDER BY g.brand_id",
+      deadline);
 }
 
 class PostgresBackend final : public Backend {
@@ -66,8 +70,9 @@ class PostgresBackend final : public Backend {
                   RunMetrics* metrics)
       : scenario_(s),
         metrics_(metrics),
-        pool_(conninfo, pool_size,
-              [this](PGconn* c) { return PrepareStatements(c, scenario_); }) {}
+        pool_(conninfo, pool_size, [this](PGconn* c, absl::Time deadline) {
+          return PrepareStatements(c, scenario_, deadline);
+        }) {}
 
   absl::Status Fill() { return pool_.Fill(); }
 
@@ -126,7 +131,10 @@ class PostgresBackend final : public Backend {
       metrics_->OnDbAcquire(MonotonicNanos());
       metrics_->OnDbQuery();
     }
-    absl::StatusOr<Result> rows = conn->ExecPrepared(statement, params);
+    // No deadline: the replay times its database and never makes it hang,
+    // and the abort flag ends only the wait for a connection, as before.
+    absl::StatusOr<Result> rows =
+        conn->ExecPrepared(statement, params, absl::InfiniteFuture());
     // Counted free before the pool has it back: the count never exceeds
     // the connections really in use.
     if (metrics_ != nullptr) metrics_->OnDbRelease();
@@ -139,7 +147,7 @@ class PostgresBackend final : public Backend {
 };
 
 absl::Status Exec(ConnectionPool::Lease& conn, const std::string& sql) {
-  return conn.Exec(sql.c_str()).status();
+  return conn.Exec(sql.c_str(), absl::InfiniteFuture()).status();
 }
 
 // The q-quantile of sorted samples, interpolated between the two nearest
