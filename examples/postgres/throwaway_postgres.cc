@@ -22,6 +22,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -42,6 +43,7 @@ namespace fs = std::filesystem;
 
 constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 constexpr absl::Duration kStopTimeout = absl::Seconds(60);
+constexpr absl::Duration kPauseTimeout = absl::Seconds(5);
 
 bool IsExecutable(const fs::path& p) { return ::access(p.c_str(), X_OK) == 0; }
 
@@ -137,6 +139,35 @@ std::string Tail(const std::string& path, size_t bytes) {
                    std::istreambuf_iterator<char>());
   if (text.size() > bytes) text = "..." + text.substr(text.size() - bytes);
   return text;
+}
+
+// The state letter (R, S, T, ...) and the parent of process `pid`, from
+// /proc/PID/stat; false if it is gone.
+bool ReadProcStat(pid_t pid, char* state, pid_t* parent) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  // "PID (COMM) STATE PPID ...", where COMM may hold spaces and parentheses.
+  const size_t comm_end = line.rfind(')');
+  if (comm_end == std::string::npos) return false;
+  std::istringstream rest(line.substr(comm_end + 1));
+  return static_cast<bool>(rest >> *state >> *parent);
+}
+
+// The processes whose parent is `parent`.
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> children;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc", ec)) {
+    int pid = 0;
+    char state = 0;
+    pid_t ppid = -1;
+    if (absl::SimpleAtoi(e.path().filename().string(), &pid) &&
+        ReadProcStat(pid, &state, &ppid) && ppid == parent) {
+      children.push_back(pid);
+    }
+  }
+  return children;
 }
 
 }  // namespace
@@ -315,6 +346,9 @@ absl::Status ThrowawayPostgres::Launch() {
 
 absl::Status ThrowawayPostgres::WaitForExit(int signal) {
   if (pid_ < 0) return absl::OkStatus();
+  // A stopped postmaster would hold the signal until SIGKILL, and its stopped
+  // children would outlive it. A failed SIGCONT ends in SIGKILL below.
+  Resume().IgnoreError();
   const pid_t pid = pid_;
   pid_ = -1;
   if (::kill(pid, signal) != 0 && errno != ESRCH) {
@@ -341,6 +375,58 @@ absl::Status ThrowawayPostgres::WaitForExit(int signal) {
 absl::Status ThrowawayPostgres::Stop() { return WaitForExit(SIGINT); }
 
 absl::Status ThrowawayPostgres::Kill() { return WaitForExit(SIGQUIT); }
+
+absl::StatusOr<int> ThrowawayPostgres::Pause() {
+  if (pid_ < 0) {
+    return absl::FailedPreconditionError("ThrowawayPostgres: not running");
+  }
+  if (paused()) {
+    return absl::FailedPreconditionError("ThrowawayPostgres: already paused");
+  }
+  // The postmaster first, so that it starts no process after the others are
+  // listed.
+  if (::kill(pid_, SIGSTOP) != 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("ThrowawayPostgres: SIGSTOP to ", pid_));
+  }
+  paused_.push_back(pid_);
+  for (pid_t child : ChildrenOf(pid_)) {
+    // One that has exited meanwhile needs no stopping.
+    if (::kill(child, SIGSTOP) == 0) paused_.push_back(child);
+  }
+  const absl::Time deadline = absl::Now() + kPauseTimeout;
+  for (pid_t pid : paused_) {
+    char state = 0;
+    pid_t parent = -1;
+    // Stopped, or a zombie: one that exited before its SIGSTOP waits for the
+    // stopped postmaster to reap it.
+    while (ReadProcStat(pid, &state, &parent) && state != 'T' && state != 'Z') {
+      if (absl::Now() > deadline) {
+        const size_t stopped = paused_.size();
+        Resume().IgnoreError();
+        return absl::InternalError(absl::StrCat(
+            "ThrowawayPostgres: process ", pid, " (one of ", stopped,
+            ") not stopped within ", absl::FormatDuration(kPauseTimeout),
+            " of SIGSTOP (state ", std::string(1, state), ")"));
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  return static_cast<int>(paused_.size());
+}
+
+absl::Status ThrowawayPostgres::Resume() {
+  absl::Status status;
+  // In the reverse order of Pause(): the postmaster last.
+  for (auto it = paused_.rbegin(); it != paused_.rend(); ++it) {
+    if (::kill(*it, SIGCONT) != 0 && errno != ESRCH && status.ok()) {
+      status = absl::ErrnoToStatus(
+          errno, absl::StrCat("ThrowawayPostgres: SIGCONT to ", *it));
+    }
+  }
+  paused_.clear();
+  return status;
+}
 
 absl::Status ThrowawayPostgres::Restart() {
   if (pid_ >= 0) {

@@ -41,10 +41,11 @@ struct ThrowawayPostgresOptions {
 
 // ThrowawayPostgres
 //
-// Not thread-safe: one thread starts, kills, restarts and stops the server
-// (connections to it may be used from any thread). The server is a child of
-// the process and is told to quit if the thread that started it exits
-// (PR_SET_PDEATHSIG), so a crashed test leaves no server behind.
+// Not thread-safe: one thread starts, kills, pauses, restarts and stops the
+// server (connections to it may be used from any thread). The server is a child
+// of the process and is told to quit if the thread that started it exits
+// (PR_SET_PDEATHSIG), so a crashed test leaves no server behind -- unless
+// it crashed while the server was paused (`Pause()`).
 class ThrowawayPostgres {
  public:
   // ThrowawayPostgres::FindBinDir()
@@ -86,14 +87,39 @@ class ThrowawayPostgres {
   //
   // Fast shutdown: SIGINT to the postmaster's pid, then waits for it to exit
   // (SIGKILL after 60 s). Open connections are closed. OK if not running.
+  // Resumes a paused server first.
   absl::Status Stop();
 
   // ThrowawayPostgres::Kill()
   //
   // Immediate shutdown, what a crash looks like to clients: SIGQUIT to the
   // postmaster, whose processes then exit at once without a checkpoint;
-  // waits for it to exit. The next `Restart()` runs crash recovery.
+  // waits for it to exit. The next `Restart()` runs crash recovery. Resumes
+  // a paused server first.
   absl::Status Kill();
+
+  // ThrowawayPostgres::Pause()
+  //
+  // A hung server, what a frozen machine looks like to clients: SIGSTOP to
+  // the postmaster, then to each of its child processes (every backend, the
+  // checkpointer, ...; found in /proc); returns once all are stopped, with
+  // how many there are, postmaster included. Connections stay open, and the
+  // kernel still takes new connections and the bytes sent, but nothing
+  // answers -- not a statement, not a connect, not a cancel request -- and
+  // statement_timeout does not fire, until `Resume()`. FailedPrecondition if
+  // the server is not running or already paused; Internal if a process does
+  // not stop within 5 s. If this process dies while the server is paused,
+  // the server stays stopped (the signal it is then sent waits behind
+  // SIGSTOP): `kill -CONT` its processes.
+  absl::StatusOr<int> Pause();
+
+  // ThrowawayPostgres::Resume()
+  //
+  // SIGCONT to the processes `Pause()` stopped, the postmaster last; what
+  // they were sent meanwhile then happens. OK if not paused.
+  absl::Status Resume();
+
+  bool paused() const { return !paused_.empty(); }
 
   // ThrowawayPostgres::Restart()
   //
@@ -118,6 +144,8 @@ class ThrowawayPostgres {
   uid_t run_uid_ = static_cast<uid_t>(-1);
   gid_t run_gid_ = static_cast<gid_t>(-1);
   pid_t pid_ = -1;
+  // What Pause() stopped, the postmaster first; empty unless paused.
+  std::vector<pid_t> paused_;
 };
 
 }  // namespace paddock::pg
