@@ -29,14 +29,27 @@
 //      Unavailable;
 //   5. restarts the server and renames a member: the cache serves the new
 //      name, through connections the pool reopened;
-//   6. stops the server by its pid.
+//   6. hangs the server for 6 s -- SIGSTOP to the postmaster and to every
+//      process of it, what a frozen machine looks like: connections stay
+//      open and the kernel still takes connects and bytes, but nothing
+//      answers -- while the 4 threads keep reading: every read gets its
+//      member's name within the 2 s bound (the check allows 2 s more for a
+//      busy machine), from the stale value, while the loads fail with
+//      DeadlineExceeded: statements given up and cancelled, connects with no
+//      answer;
+//   7. resumes it (SIGCONT) and renames another member: the cache serves the
+//      new name, and the cancel requests that waited are taken;
+//   8. stops the server by its pid.
 // Exits 1 if any check fails, 77 (skipped) if no PostgreSQL server is
 // installed.
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,9 +81,15 @@ constexpr int kReaders = 4;
 constexpr int kStatementTimeoutMs = 300;
 // Each load's deadline, all told: a connection, then the statement.
 constexpr absl::Duration kLoadDeadline = absl::Seconds(2);
+// What the checks allow a read beyond kLoadDeadline, for a busy machine.
+constexpr absl::Duration kReadSlack = absl::Seconds(2);
 constexpr absl::Duration kOutage = absl::Milliseconds(1500);
+// Longer than kLoadDeadline + kReadSlack: a read that waited through the
+// hang fails the check.
+constexpr absl::Duration kHang = absl::Seconds(6);
 constexpr absl::Duration kRecoveryBound = absl::Seconds(30);
 constexpr char kRenamed[] = "member-1 (renamed)";
+constexpr char kRenamedInHang[] = "member-2 (renamed)";
 
 // The cache's settings: short, so that the run shows several expiries.
 constexpr absl::Duration kTtl = absl::Milliseconds(100);
@@ -126,6 +145,26 @@ absl::Status Run(PGconn* conn, const char* sql) {
   return paddock::pg::StatusFromResult(conn, result.get());
 }
 
+// Runs `sql` on a new connection, closed after.
+absl::Status RunOnce(const std::string& conninfo, const std::string& sql) {
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  absl::Status s = paddock::pg::StatusFromConnect(conn);
+  if (s.ok()) s = Run(conn, sql.c_str());
+  PQfinish(conn);
+  return s;
+}
+
+// A monotonic clock for timing reads, in nanoseconds.
+int64_t MonotonicNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Duration Millis(absl::Duration d) {
+  return absl::Trunc(d, absl::Milliseconds(1));
+}
+
 // Collects failed checks.
 struct Checks {
   int failed = 0;
@@ -139,8 +178,81 @@ struct Checks {
 
 bool IsExpectedName(const Member& m) {
   return m.name == absl::StrCat("member-", m.id) ||
-         (m.id == 1 && m.name == kRenamed);
+         (m.id == 1 && m.name == kRenamed) ||
+         (m.id == 2 && m.name == kRenamedInHang);
 }
+
+// Serves reads, and how long they take, on kReaders threads until stopped.
+class Readers {
+ public:
+  // Coprime to kReadIds: every thread reads every member.
+  static constexpr int64_t kStrides[kReaders] = {1, 3, 7, 9};
+
+  template <typename Read>
+  explicit Readers(Read read) : slots_(kReaders) {
+    for (int t = 0; t < kReaders; ++t) {
+      threads_.emplace_back([this, read, t] {
+        for (int64_t i = 0; !stop_.load(); ++i) {
+          // Each thread in an order of its own, so that they do not fall
+          // into step behind one load and load one key at a time.
+          const int64_t id = 1 + (5 * t + kStrides[t] * i) % kReadIds;
+          const int64_t start = MonotonicNanos();
+          slots_[t].started.store(start);
+          absl::StatusOr<Member> m = read(id);
+          slots_[t].started.store(0);
+          const int64_t took = MonotonicNanos() - start;
+          int64_t longest = longest_.load();
+          while (took > longest &&
+                 !longest_.compare_exchange_weak(longest, took)) {
+          }
+          reads_.fetch_add(1);
+          if (!m.ok()) {
+            if (failed_.fetch_add(1) == 0) {
+              fmt::print("FAIL: a read of member {} failed: {}\n", id,
+                         m.status().ToString());
+            }
+          } else if (!IsExpectedName(*m)) {
+            wrong_.fetch_add(1);
+          }
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+      });
+    }
+  }
+
+  ~Readers() { Join(); }
+
+  void Join() {
+    stop_.store(true);
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  int64_t reads() const { return reads_.load(); }
+  int64_t failed() const { return failed_.load(); }
+  int64_t wrong() const { return wrong_.load(); }
+  // The longest read that has returned.
+  absl::Duration longest() const { return absl::Nanoseconds(longest_.load()); }
+  // The longest read still waiting.
+  absl::Duration longest_waiting() const {
+    const int64_t now = MonotonicNanos();
+    int64_t longest = 0;
+    for (const Slot& s : slots_) {
+      const int64_t started = s.started.load();
+      if (started != 0) longest = std::max(longest, now - started);
+    }
+    return absl::Nanoseconds(longest);
+  }
+
+ private:
+  struct Slot {
+    std::atomic<int64_t> started{0};  // 0 between reads.
+  };
+  std::vector<Slot> slots_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> reads_{0}, failed_{0}, wrong_{0}, longest_{0};
+};
 
 }  // namespace
 
@@ -238,50 +350,32 @@ int main() {
                                "DeadlineExceeded, got ",
                                blocked.ToString()));
     fmt::print(
-        "3. member {} behind an exclusive lock: {} after {}\n", kReadIds + 1,
-        blocked.ToString(),
-        absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(1))));
+        "3. member {} behind an exclusive lock: {} after {}; statements given "
+        "up by the client so far: {}\n",
+        kReadIds + 1, blocked.ToString(), absl::FormatDuration(Millis(waited)),
+        pool.abandoned());
   }
 
-  // 4. and 5. Readers run while the server is killed and restarted.
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> reads{0}, wrong{0}, failed{0};
-  std::vector<std::thread> readers;
-  for (int t = 0; t < kReaders; ++t) {
-    readers.emplace_back([&, t] {
-      for (int64_t i = t; !stop.load(); ++i) {
-        const int64_t id = 1 + i % kReadIds;
-        absl::StatusOr<Member> m = cache.Get(id);
-        reads.fetch_add(1);
-        if (!m.ok()) {
-          if (failed.fetch_add(1) == 0) {
-            fmt::print("FAIL: a read of member {} failed: {}\n", id,
-                       m.status().ToString());
-          }
-        } else if (!IsExpectedName(*m)) {
-          wrong.fetch_add(1);
-        }
-        absl::SleepFor(absl::Milliseconds(1));
-      }
-    });
-  }
+  // 4. to 7. Readers run while the server is killed, restarted, hung and
+  // resumed.
+  Readers readers([&](int64_t id) { return cache.Get(id); });
   absl::SleepFor(absl::Milliseconds(300));
 
   const paddock::Stats before_kill = cache.stats();
   const int unavailable_before = loads.unavailable.load();
   const uint64_t opened_before = pool.opened();
-  const int64_t reads_before_kill = reads.load();
+  const int64_t reads_before_kill = readers.reads();
   const pid_t killed_pid = pg.pid();
   checks.Expect(pg.Kill().ok(), "killing the server");
   absl::SleepFor(kOutage);  // Every value is now past ttl + stale_for.
   const paddock::Stats during = cache.stats();
   const int unavailable = loads.unavailable.load() - unavailable_before;
-  const int64_t outage_reads = reads.load() - reads_before_kill;
+  const int64_t outage_reads = readers.reads() - reads_before_kill;
   checks.Expect(
-      failed.load() == 0 && wrong.load() == 0,
-      absl::StrCat("every read during the outage gets its member, "
-                   "got ",
-                   failed.load(), " failed and ", wrong.load(), " wrong"));
+      readers.failed() == 0 && readers.wrong() == 0,
+      absl::StrCat("every read during the outage gets its member, got ",
+                   readers.failed(), " failed and ", readers.wrong(),
+                   " wrong"));
   checks.Expect(unavailable > 0,
                 "the loads during the outage fail with Unavailable");
   checks.Expect(during.stale_fallbacks > before_kill.stale_fallbacks,
@@ -292,54 +386,120 @@ int main() {
       killed_pid, absl::FormatDuration(kOutage), outage_reads, unavailable,
       during.stale_fallbacks - before_kill.stale_fallbacks);
 
+  // Waits up to kRecoveryBound for the cache to serve `name` for member `id`
+  // after an UPDATE; how long it took, or InfiniteDuration.
+  auto rename_and_wait = [&](int64_t id, const char* name) {
+    const absl::Time start = absl::Now();
+    const absl::Status s = RunOnce(
+        pg.conninfo(),
+        absl::StrCat("UPDATE member SET name = '", name, "' WHERE id = ", id));
+    checks.Expect(s.ok(),
+                  absl::StrCat("renaming member ", id, ": ", s.ToString()));
+    while (s.ok() && absl::Now() - start < kRecoveryBound) {
+      absl::StatusOr<Member> m = cache.Get(id);
+      if (m.ok() && m->name == name) return absl::Now() - start;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return absl::InfiniteDuration();
+  };
+
   const absl::Status restarted = pg.Restart();
   checks.Expect(restarted.ok(),
                 absl::StrCat("restarting the server: ", restarted.ToString()));
   absl::Duration recovered_after = absl::InfiniteDuration();
-  if (restarted.ok()) {
-    const absl::Time restart = absl::Now();
-    PGconn* admin = PQconnectdb(pg.conninfo().c_str());
-    absl::Status s = paddock::pg::StatusFromConnect(admin);
-    if (s.ok()) {
-      s = Run(admin, absl::StrCat("UPDATE member SET name = '", kRenamed,
-                                  "' WHERE id = 1")
-                         .c_str());
-    }
-    PQfinish(admin);
-    checks.Expect(s.ok(), absl::StrCat("renaming member 1: ", s.ToString()));
-    while (absl::Now() - restart < kRecoveryBound) {
-      absl::StatusOr<Member> m = cache.Get(1);
-      if (m.ok() && m->name == kRenamed) {
-        recovered_after = absl::Now() - restart;
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  }
-  stop.store(true);
-  for (std::thread& t : readers) t.join();
+  if (restarted.ok()) recovered_after = rename_and_wait(1, kRenamed);
   checks.Expect(
       recovered_after < kRecoveryBound,
       absl::StrCat("the renamed member is served within ",
                    absl::FormatDuration(kRecoveryBound), " of the restart"));
   checks.Expect(pool.opened() > opened_before,
                 "the pool opened new connections after the restart");
-  checks.Expect(failed.load() == 0 && wrong.load() == 0,
-                absl::StrCat("every read gets its member, got ", failed.load(),
-                             " failed and ", wrong.load(), " wrong"));
   fmt::print(
       "5. restarted (pid {}): the new name of member 1 served after {}; "
-      "{} connections opened in all, {} reads in all\n",
-      pg.pid(),
-      absl::FormatDuration(absl::Trunc(recovered_after, absl::Milliseconds(1))),
-      pool.opened(), reads.load());
+      "{} connections opened in all\n",
+      pg.pid(), absl::FormatDuration(Millis(recovered_after)), pool.opened());
 
-  // 6. Stop the server by its pid.
+  // 6. The server hangs: every read within kLoadDeadline (+ kReadSlack).
+  const int deadline_before = loads.deadline.load();
+  const uint64_t abandoned_before = pool.abandoned();
+  const int64_t reads_before_hang = readers.reads();
+  const absl::StatusOr<int> paused = pg.Pause();
+  checks.Expect(paused.ok(), absl::StrCat("pausing the server: ",
+                                          paused.status().ToString()));
+  absl::SleepFor(kHang);
+  // Before the server resumes, which would end a wait that ignores the
+  // deadline.
+  const absl::Duration waiting = readers.longest_waiting();
+  const absl::Duration longest_in_hang = readers.longest();
+  const int cancels_waiting = paddock::pg::CancelsInFlight();
+  const int deadlines = loads.deadline.load() - deadline_before;
+  const uint64_t abandoned = pool.abandoned() - abandoned_before;
+  const int64_t hang_reads = readers.reads() - reads_before_hang;
+  const absl::Status resumed = pg.Resume();
+  checks.Expect(resumed.ok(),
+                absl::StrCat("resuming the server: ", resumed.ToString()));
+  const absl::Duration read_bound = kLoadDeadline + kReadSlack;
+  checks.Expect(waiting <= read_bound && longest_in_hang <= read_bound,
+                absl::StrCat("every read returns within ",
+                             absl::FormatDuration(read_bound),
+                             " while the server hangs, got one of ",
+                             absl::FormatDuration(Millis(longest_in_hang)),
+                             " and one still waiting after ",
+                             absl::FormatDuration(Millis(waiting))));
+  checks.Expect(
+      readers.failed() == 0 && readers.wrong() == 0,
+      absl::StrCat("every read while the server hangs gets its member, got ",
+                   readers.failed(), " failed and ", readers.wrong(),
+                   " wrong"));
+  checks.Expect(deadlines > 0,
+                "the loads while the server hangs fail with DeadlineExceeded");
+  checks.Expect(abandoned > 0,
+                "statements sent to the hung server are given up");
+  fmt::print(
+      "6. server hung ({} processes stopped) for {}: {} reads, all answered, "
+      "the longest in {}; {} loads failed with DeadlineExceeded, {} "
+      "statements given up, {} cancel requests waiting for the postmaster\n",
+      paused.ok() ? *paused : 0, absl::FormatDuration(kHang), hang_reads,
+      absl::FormatDuration(Millis(longest_in_hang)), deadlines, abandoned,
+      cancels_waiting);
+
+  // 7. Resumed: fresh values again, and the waiting cancels are taken.
+  const absl::Duration resumed_after = resumed.ok()
+                                           ? rename_and_wait(2, kRenamedInHang)
+                                           : absl::InfiniteDuration();
+  const absl::Time resume_checked = absl::Now();
+  while (paddock::pg::CancelsInFlight() > 0 &&
+         absl::Now() - resume_checked < kRecoveryBound) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  readers.Join();
+  checks.Expect(
+      resumed_after < kRecoveryBound,
+      absl::StrCat("the member renamed after the hang is served within ",
+                   absl::FormatDuration(kRecoveryBound), " once resumed"));
+  checks.Expect(paddock::pg::CancelsInFlight() == 0,
+                "the cancel requests are taken once the server runs");
+  checks.Expect(readers.longest() <= read_bound,
+                absl::StrCat("every read returns within ",
+                             absl::FormatDuration(read_bound), ", got ",
+                             absl::FormatDuration(Millis(readers.longest()))));
+  checks.Expect(
+      readers.failed() == 0 && readers.wrong() == 0,
+      absl::StrCat("every read gets its member, got ", readers.failed(),
+                   " failed and ", readers.wrong(), " wrong"));
+  fmt::print(
+      "7. resumed: the new name of member 2 served after {}; {} cancel "
+      "requests waiting; {} reads in all, the longest in {}\n",
+      absl::FormatDuration(Millis(resumed_after)),
+      paddock::pg::CancelsInFlight(), readers.reads(),
+      absl::FormatDuration(Millis(readers.longest())));
+
+  // 8. Stop the server by its pid.
   const pid_t pid = pg.pid();
   const absl::Status stopped = pg.Stop();
   checks.Expect(stopped.ok() && pg.pid() == -1,
                 absl::StrCat("stopping the server: ", stopped.ToString()));
-  fmt::print("6. server (pid {}) stopped\n", pid);
+  fmt::print("8. server (pid {}) stopped\n", pid);
   fmt::print(
       "loader: {} calls: {} ok, {} NotFound, {} DeadlineExceeded, {} "
       "Unavailable, {} other\n",
@@ -351,8 +511,9 @@ int main() {
   if (checks.failed == 0) {
     fmt::print(
         "OK: NotFound held for error_ttl, statement timeout as "
-        "DeadlineExceeded, stale values through a crash, recovered after "
-        "the restart\n");
+        "DeadlineExceeded, stale values through a crash and a hang, every "
+        "read within {} while it hung, recovered after both\n",
+        absl::FormatDuration(kLoadDeadline));
   }
   return checks.failed == 0 ? 0 : 1;
 }
