@@ -39,7 +39,8 @@ FleetWaits::~FleetWaits() {
   if (timer_.joinable()) timer_.join();
 }
 
-void FleetWaits::ForgetThreadAfterFork() {
+// Runs in the child alone, where no other thread can hold the lock.
+void FleetWaits::ForgetThreadAfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // The child has only the forking thread: the set's lock may be held by a
   // thread that is gone, and its timer thread is gone. Both are made anew
   // (the old ones are abandoned, not destroyed); parked waits stay, and the
@@ -75,7 +76,7 @@ bool FleetWaits::ChangedSinceLocked(uint64_t bucket, uint64_t since) const {
 }
 
 bool FleetWaits::Park(const void* tier, std::string_view key, const void* owner,
-                      uint64_t since, SteadyTime at, Wake&& wake) {
+                      uint64_t since, SteadyTime at, Wake& wake) {
   const uint64_t bucket = Bucket(tier, key);
   {
     MutexLock lock(&mu_);

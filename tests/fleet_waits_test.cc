@@ -50,16 +50,21 @@ struct Probe {
   }
 };
 
+// Parks a wake of `probe`; returns what Park does.
+bool Park(FleetWaits& waits, const void* tier, const void* owner,
+          uint64_t since, SteadyTime at, Probe& probe) {
+  FleetWaits::Wake wake = probe.Wake();
+  return waits.Park(tier, "k", owner, since, at, wake);
+}
+
 const int kTier = 1;
 const int kOtherTier = 2;
 const int kOwner = 3;
 
 TEST(FleetWaitsTest, AChangeOfTheKeyWakesItOnceOnTheNotifyingThread) {
+  Probe probe;  // Outlives the waits, which may hold its wake.
   FleetWaits waits;
-  Probe probe;
-  FleetWaits::Wake wake = probe.Wake();
-  ASSERT_TRUE(waits.Park(&kTier, "k", &kOwner, waits.sequence(), Later(),
-                         std::move(wake)));
+  ASSERT_TRUE(Park(waits, &kTier, &kOwner, waits.sequence(), Later(), probe));
   EXPECT_EQ(waits.parked(), 1u);
   waits.Notify(&kTier, "k");
   EXPECT_EQ(probe.calls, 1);
@@ -71,10 +76,9 @@ TEST(FleetWaitsTest, AChangeOfTheKeyWakesItOnceOnTheNotifyingThread) {
 }
 
 TEST(FleetWaitsTest, AChangeOfAnotherKeyOrTierWakesNothing) {
+  Probe probe;  // Outlives the waits, which may hold its wake.
   FleetWaits waits;
-  Probe probe;
-  ASSERT_TRUE(waits.Park(&kTier, "k", &kOwner, waits.sequence(), Later(),
-                         probe.Wake()));
+  ASSERT_TRUE(Park(waits, &kTier, &kOwner, waits.sequence(), Later(), probe));
   waits.Notify(&kTier, "j");
   waits.Notify(&kOtherTier, "k");
   waits.NotifyAll(&kOtherTier);
@@ -87,28 +91,27 @@ TEST(FleetWaitsTest, AChangeOfAnotherKeyOrTierWakesNothing) {
 // The load reads the sequence, asks the tier, and parks; a change announced
 // in between would be lost if Park did not look back.
 TEST(FleetWaitsTest, AChangeBetweenTheLookupAndTheParkIsNotLost) {
+  Probe probe;  // Outlives the waits, which may hold its wake.
   FleetWaits waits;
-  Probe probe;
   const uint64_t since = waits.sequence();
   waits.Notify(&kTier, "k");
   FleetWaits::Wake wake = probe.Wake();
-  EXPECT_FALSE(
-      waits.Park(&kTier, "k", &kOwner, since, Later(), std::move(wake)));
+  EXPECT_FALSE(waits.Park(&kTier, "k", &kOwner, since, Later(), wake));
   EXPECT_EQ(waits.parked(), 0u);
   ASSERT_TRUE(wake);  // Left with the caller, uncalled.
   EXPECT_EQ(probe.dropped, 0);
   // Another key's change does not count against it.
   const uint64_t later = waits.sequence();
   waits.Notify(&kTier, "j");
-  EXPECT_TRUE(
-      waits.Park(&kTier, "k", &kOwner, later, Later(), std::move(wake)));
+  EXPECT_TRUE(waits.Park(&kTier, "k", &kOwner, later, Later(), wake));
+  EXPECT_FALSE(wake);  // Taken.
 }
 
 TEST(FleetWaitsTest, APassedTimeWakesItOnTheTimerThread) {
+  Probe probe;  // Outlives the waits, which may hold its wake.
   FleetWaits waits;
-  Probe probe;
-  ASSERT_TRUE(waits.Park(&kTier, "k", &kOwner, waits.sequence(),
-                         std::chrono::steady_clock::now(), probe.Wake()));
+  ASSERT_TRUE(Park(waits, &kTier, &kOwner, waits.sequence(),
+                   std::chrono::steady_clock::now(), probe));
   for (int i = 0; i < 10000 && probe.calls == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -118,13 +121,12 @@ TEST(FleetWaitsTest, APassedTimeWakesItOnTheTimerThread) {
 }
 
 TEST(FleetWaitsTest, DropDestroysTheOwnersWaitsUncalled) {
-  FleetWaits waits;
   Probe mine, theirs;
+  FleetWaits waits;
   const int other_owner = 4;
+  ASSERT_TRUE(Park(waits, &kTier, &kOwner, waits.sequence(), Later(), mine));
   ASSERT_TRUE(
-      waits.Park(&kTier, "k", &kOwner, waits.sequence(), Later(), mine.Wake()));
-  ASSERT_TRUE(waits.Park(&kTier, "k", &other_owner, waits.sequence(), Later(),
-                         theirs.Wake()));
+      Park(waits, &kTier, &other_owner, waits.sequence(), Later(), theirs));
   EXPECT_EQ(waits.Drop(&kOwner), 1u);
   EXPECT_EQ(mine.dropped, 1);
   EXPECT_EQ(mine.calls, 0);
@@ -137,8 +139,7 @@ TEST(FleetWaitsTest, WaitsStillParkedAtTheEndAreDestroyedUncalled) {
   Probe probe;
   {
     FleetWaits waits;
-    ASSERT_TRUE(waits.Park(&kTier, "k", &kOwner, waits.sequence(), Later(),
-                           probe.Wake()));
+    ASSERT_TRUE(Park(waits, &kTier, &kOwner, waits.sequence(), Later(), probe));
   }
   EXPECT_EQ(probe.calls, 0);
   EXPECT_EQ(probe.dropped, 1);

@@ -2382,7 +2382,7 @@ bool Cache<K, V, P, H, E>::ParkFleetLoad(Load& load,
   bool parked = false;
   try {
     parked = internal::FleetWaits::Process().Park(
-        tier_, progress.key_bytes, lifeline_.get(), since, at, std::move(wake));
+        tier_, progress.key_bytes, lifeline_.get(), since, at, wake);
   } catch (...) {
     unparked->Disarm();  // The load goes on here: `next` must not end it.
     throw;

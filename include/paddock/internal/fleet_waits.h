@@ -63,16 +63,16 @@ class FleetWaits {
 
   // FleetWaits::Park()
   //
-  // Takes `wake` and keeps it until `key` of `tier` changes (Notify,
-  // NotifyAll) or `at` passes (on the timer thread), whichever comes first;
-  // `owner` names the cache, for Drop. Returns true at once; or false,
-  // leaving `wake` with the caller, if `key` changed after `since` (or too
-  // much changed to tell). Throws std::bad_alloc, or std::system_error if
-  // the timer thread cannot start, leaving `wake` with the caller.
+  // Takes `wake` (leaving it empty) and keeps it until `key` of `tier`
+  // changes (Notify, NotifyAll) or `at` passes (on the timer thread),
+  // whichever comes first; `owner` names the cache, for Drop. Returns true
+  // at once; or false, leaving `wake` as it was, if `key` changed after
+  // `since` (or too much changed to tell). Throws std::bad_alloc, or
+  // std::system_error if the timer thread cannot start, leaving `wake` as it
+  // was.
   // Thread-safe.
   bool Park(const void* tier, std::string_view key, const void* owner,
-            uint64_t since, SteadyTime at, Wake&& wake)
-      ABSL_LOCKS_EXCLUDED(mu_);
+            uint64_t since, SteadyTime at, Wake& wake) ABSL_LOCKS_EXCLUDED(mu_);
 
   // FleetWaits::Notify()
   //
