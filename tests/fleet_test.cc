@@ -224,8 +224,9 @@ TEST_F(FleetTest, AsyncMissesWaitingForOtherPodsHoldNoExecutorThread) {
   EXPECT_EQ(tier_->awaits(), 0);       // No task waited on its thread.
   EXPECT_EQ(internal::FleetWaits::Process().parked(), parked + 4);
   std::optional<absl::StatusOr<std::string>> unheld;
-  a.cache->GetAsync("free",
-                    [&unheld](absl::StatusOr<std::string> v) { unheld = v; });
+  a.cache->GetAsync("free", [&unheld](absl::StatusOr<std::string> v) {
+    unheld = std::move(v);
+  });
   EXPECT_EQ(a.executor.RunAll(), 1u);
   ASSERT_TRUE(unheld.has_value());
   EXPECT_EQ(**unheld, "free#1");
@@ -252,7 +253,8 @@ TEST_F(FleetTest, AParkedWaitAsksAgainOnItsTimerAndEndsAtItsTimeout) {
                       Options{.wait_timeout = absl::Milliseconds(200)});
   tier_->TakeLease("k");
   std::optional<absl::StatusOr<std::string>> got;
-  a.cache->GetAsync("k", [&got](absl::StatusOr<std::string> v) { got = v; });
+  a.cache->GetAsync(
+      "k", [&got](absl::StatusOr<std::string> v) { got = std::move(v); });
   // Real time (the waits' clock): the timer wakes it within about 50 ms of
   // the lease's end or the timeout; bounded generously.
   for (int i = 0; i < 10000 && !got.has_value(); ++i) {
@@ -315,11 +317,12 @@ TEST_F(FleetTest, AParkedAsyncWaitHoldsNoLoadSlot) {
   Pod<SingleFlight> a(tier_, &fleet_loads_, absl::ZeroDuration(),
                       SingleFlight{}, Options{.max_concurrent_loads = 1});
   tier_->TakeLease("held");
-  a.cache->GetAsync("held", [](absl::StatusOr<std::string>) {});
+  a.cache->GetAsync("held", [](const absl::StatusOr<std::string>&) {});
   EXPECT_EQ(a.executor.RunAll(), 1u);  // Parked.
   std::optional<absl::StatusOr<std::string>> unheld;
-  a.cache->GetAsync("free",
-                    [&unheld](absl::StatusOr<std::string> v) { unheld = v; });
+  a.cache->GetAsync("free", [&unheld](absl::StatusOr<std::string> v) {
+    unheld = std::move(v);
+  });
   EXPECT_EQ(a.executor.RunAll(), 1u);
   ASSERT_TRUE(unheld.has_value());
   ASSERT_TRUE(unheld->ok()) << unheld->status();
@@ -333,7 +336,8 @@ TEST_F(FleetTest, AParkedWaitWhoseHolderDiedLoadsForTheFleet) {
                       SingleFlight{}, Options{.max_concurrent_loads = 1});
   tier_->TakeLease("k");
   std::optional<absl::StatusOr<std::string>> got;
-  a.cache->GetAsync("k", [&got](absl::StatusOr<std::string> v) { got = v; });
+  a.cache->GetAsync(
+      "k", [&got](absl::StatusOr<std::string> v) { got = std::move(v); });
   EXPECT_EQ(a.executor.RunAll(), 1u);     // Parked.
   tier_clock_.Advance(absl::Minutes(1));  // The holder's lease lapses...
   internal::FleetWaits::Process().NotifyAll(tier_.get());  // ...asked again.
