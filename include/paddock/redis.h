@@ -72,7 +72,9 @@ struct RedisOptions {
   absl::Duration lease_for = absl::Seconds(10);
 
   // The largest value (or remembered error message) the tier stores. Fill
-  // and Put refuse larger ones with `absl::InvalidArgumentError`.
+  // and Put refuse larger ones with `absl::InvalidArgumentError`. Lookup
+  // never transfers a larger one that a process with a larger limit wrote
+  // (see `RedisTier::Lookup`).
   size_t max_value_bytes = size_t{1} << 20;
 
   // The most connections the tier opens for calls (the change subscription
@@ -123,6 +125,9 @@ struct RedisTierStats {
   uint64_t script_loads = 0;
   // Lookups that found an unreadable record (treated as none).
   uint64_t bad_records = 0;
+  // Lookups that found a value over `max_value_bytes` (left unread; returned
+  // as DataLoss). Not counted in `bad_replies`.
+  uint64_t oversized_records = 0;
   // Replies the tier could not parse (returned as DataLoss).
   uint64_t bad_replies = 0;
   // Successful extensions of held leases.
@@ -183,6 +188,15 @@ class RedisTier final : public SharedTier {
   // background thread every `lease_for / 2` until Fill or Release, while
   // less than `hold_for` has passed since the grant (so it lasts the longer
   // of `lease_for` and `hold_for`).
+  //
+  // A live record whose value is larger than `max_value_bytes` (written by a
+  // process with a larger limit) is measured on the server (HSTRLEN) and
+  // never transferred: the call returns `absl::DataLossError` naming its
+  // size, takes no lease (this process could not fill over it) and counts
+  // `stats().oversized_records`; a cache takes that as a miss and loads on
+  // its own, as it does for a value it cannot decode. A remembered error
+  // whose message is over the limit is returned with its code and a short
+  // message in place of its own.
   absl::StatusOr<SharedLookup> Lookup(std::string_view key,
                                       std::string_view have_version,
                                       absl::Duration hold_for) override;

@@ -21,9 +21,12 @@ namespace {
 
 // The lookup reply: {lease, lease_remaining_ms, holder, bad} followed, when
 // there is a record, by {version, age_us, fresh_us, keep_us,
-// serve_on_error_us, load_us, value, error_code, error_message}.
+// serve_on_error_us, load_us, value, error_code, error_message}; or, for a
+// value over max_value_bytes, {0, 0, "", 2, value_bytes}.
 constexpr size_t kLookupHead = 4;
 constexpr size_t kLookupWithRecord = kLookupHead + 9;
+constexpr size_t kLookupOversized = kLookupHead + 1;
+constexpr int64_t kBadOversized = 2;
 
 absl::Status BadReply(std::string_view what) {
   return absl::DataLossError(absl::StrCat(
@@ -199,8 +202,9 @@ size_t PayloadBytes(const SharedFill& fill) {
 
 absl::StatusOr<ParsedLookup> ParseLookupReply(const redisReply& reply) {
   if (reply.type != REDIS_REPLY_ARRAY ||
-      (reply.elements != kLookupHead && reply.elements != kLookupWithRecord)) {
-    return BadReply("lookup: not an array of 4 or 13 elements");
+      (reply.elements != kLookupHead && reply.elements != kLookupWithRecord &&
+       reply.elements != kLookupOversized)) {
+    return BadReply("lookup: not an array of 4, 5 or 13 elements");
   }
   redisReply* const* e = reply.element;
   const std::optional<int64_t> lease = Integer(e[0]);
@@ -212,6 +216,15 @@ absl::StatusOr<ParsedLookup> ParseLookupReply(const redisReply& reply) {
   }
 
   ParsedLookup parsed;
+  if (reply.elements == kLookupOversized) {
+    const std::optional<int64_t> bytes = Integer(e[4]);
+    if (*lease != 0 || *bad != kBadOversized || !bytes.has_value() ||
+        *bytes < 0) {
+      return BadReply("lookup: bad oversized record");
+    }
+    parsed.oversized_bytes = static_cast<uint64_t>(*bytes);
+    return parsed;
+  }
   parsed.bad_record = *bad != 0;
   switch (*lease) {
     case 0:

@@ -87,9 +87,16 @@ struct ParsedLookup {
   std::string holder;
   // The script found something it could not read at the record key.
   bool bad_record = false;
+  // The script found a value larger than the asker's max_value_bytes: its
+  // size. It read neither the value nor took the lease; `lookup` says
+  // nothing then.
+  std::optional<uint64_t> oversized_bytes;
 };
 
-// Returns `absl::DataLossError` for a reply of the wrong shape.
+// Returns `absl::DataLossError` for a reply of the wrong shape. The reply is
+// {lease, lease_remaining_ms, holder, bad}, followed by the record's 9 fields
+// when there is one; or {0, 0, "", 2, value_bytes} for a value over
+// max_value_bytes.
 absl::StatusOr<ParsedLookup> ParseLookupReply(const redisReply& reply);
 
 // An integer reply (the other scripts' 0 or 1); `absl::DataLossError`

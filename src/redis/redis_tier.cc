@@ -54,6 +54,7 @@ class RedisTierState {
   const RedisOptions options;
   const std::string channel;
   std::atomic<uint64_t> bad_records{0};
+  std::atomic<uint64_t> oversized_records{0};
   const std::unique_ptr<RedisClient> client;
   const std::shared_ptr<ChangeLog> log;
   const std::shared_ptr<SubscriberHub> hub;
@@ -282,6 +283,7 @@ absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
     const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
     const std::string lease_ms =
         internal::DurationToMillis(s.options.lease_for);
+    const std::string max_bytes = absl::StrCat(s.options.max_value_bytes);
 
     // Before sending: a change announced after this point wakes AwaitChange.
     last_lookup = LastLookup{.tier = this,
@@ -290,7 +292,7 @@ absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
                              .holder = std::nullopt};
 
     const std::string_view keys[] = {record_key, lease_key};
-    const std::string_view args[] = {have_version, token, lease_ms};
+    const std::string_view args[] = {have_version, token, lease_ms, max_bytes};
     bool maybe_ran = false;
     absl::StatusOr<RedisReplyPtr> reply =
         s.client->Eval(Script::kLookup, keys, args, &maybe_ran);
@@ -305,6 +307,15 @@ absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
     if (!parsed.ok()) {
       s.client->CountBadReply();
       return parsed.status();
+    }
+    if (parsed->oversized_bytes.has_value()) {
+      // Neither read nor leased over: an error, which a cache takes as a
+      // miss to load here, as it would take a value it cannot decode.
+      s.oversized_records.fetch_add(1, std::memory_order_relaxed);
+      return absl::DataLossError(absl::StrCat(
+          "paddock::RedisTier: the record holds a value of ",
+          *parsed->oversized_bytes, " bytes, over max_value_bytes (",
+          s.options.max_value_bytes, "); not read"));
     }
     if (parsed->bad_record)
       s.bad_records.fetch_add(1, std::memory_order_relaxed);
@@ -524,6 +535,7 @@ RedisTierStats RedisTier::stats() const {
   stats.breaker_opens = s.client->breaker().opens();
   stats.script_loads = c.script_loads.load(std::memory_order_relaxed);
   stats.bad_records = s.bad_records.load(std::memory_order_relaxed);
+  stats.oversized_records = s.oversized_records.load(std::memory_order_relaxed);
   stats.bad_replies = c.bad_replies.load(std::memory_order_relaxed);
   stats.leases_extended = s.keeper->extensions();
   stats.leases_given_back = s.keeper->released();

@@ -52,27 +52,53 @@ end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
--- The record, if it is readable and younger than its keep_for.
-local record, bad, serve = nil, 0, false
+-- The record, if it is readable and younger than its keep_for. Its payload
+-- (the value or the error message) is read only once HSTRLEN says it fits
+-- max_value_bytes (ARGV[4]): another process, with a larger limit, may have
+-- written one of up to 512 MB, which this asker could not use.
+local record, bad, serve, oversized = nil, 0, false, nil
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'hash' then
   local f = redis.call('HMGET', KEYS[1], 'version', 'stored_at_us',
                        'fresh_us', 'keep_us', 'serve_on_error_us', 'load_us',
-                       'value', 'error_code', 'error_message')
+                       'error_code')
+  local has_value = redis.call('HEXISTS', KEYS[1], 'value') == 1
+  local has_message = redis.call('HEXISTS', KEYS[1], 'error_message') == 1
   local stored_at, fresh, keep = digits(f[2]), digits(f[3]), digits(f[4])
-  local code = digits(f[8])
-  local is_value = type(f[7]) == 'string' and not f[8] and not f[9]
-  local is_error = not f[7] and code ~= nil and code >= 1 and code <= 16 and
-                   type(f[9]) == 'string'
+  local code = digits(f[7])
+  local is_value = has_value and not f[7] and not has_message
+  local is_error = not has_value and code ~= nil and code >= 1 and code <= 16 and
+                   has_message
   if type(f[1]) == 'string' and #f[1] > 0 and stored_at and fresh and keep and
      digits(f[5]) and digits(f[6]) and (is_value or is_error) then
     local age = now - stored_at
     if age < 0 then age = 0 end
     if age < keep then
-      record = {f[1], age, f[3], f[4], f[5], f[6], f[7], f[8], f[9]}
-      -- A remembered error is served while kept; a value while fresh,
-      -- unless the asker already has this very version.
-      serve = is_error or (age < fresh and f[1] ~= ARGV[1])
+      local max_bytes = tonumber(ARGV[4])
+      if is_value then
+        local size = redis.call('HSTRLEN', KEYS[1], 'value')
+        if size > max_bytes then
+          oversized = size
+        else
+          record = {f[1], age, f[3], f[4], f[5], f[6],
+                    redis.call('HGET', KEYS[1], 'value'), false, false}
+          -- Served while fresh, unless the asker already has this version.
+          serve = age < fresh and f[1] ~= ARGV[1]
+        end
+      else
+        -- A remembered error is served while kept; an overlong message
+        -- (the code is what counts) is replaced by a short one.
+        local size = redis.call('HSTRLEN', KEYS[1], 'error_message')
+        local message
+        if size > max_bytes then
+          message = 'paddock: a remembered error whose message of ' .. size ..
+                    ' bytes is over max_value_bytes (not read)'
+        else
+          message = redis.call('HGET', KEYS[1], 'error_message')
+        end
+        record = {f[1], age, f[3], f[4], f[5], f[6], false, f[7], message}
+        serve = true
+      end
     end
   else
     bad = 1
@@ -80,6 +106,10 @@ if kind == 'hash' then
 elseif kind ~= 'none' then
   bad = 1
 end
+
+-- A value too large for this asker: no lease (it could not fill over it),
+-- no record, only its size.
+if oversized then return {0, 0, '', 2, oversized} end
 
 local lease, remaining, holder = 0, 0, ''
 if not serve then

@@ -12,8 +12,9 @@
 namespace paddock::internal {
 
 enum class Script {
-  // KEYS: record, lease. ARGV: have_version, new token, lease period (ms).
-  // Returns the lookup reply (protocol.cc).
+  // KEYS: record, lease. ARGV: have_version, new token, lease period (ms),
+  // max_value_bytes. Returns the lookup reply (protocol.cc); a value over
+  // max_value_bytes is neither read nor leased over, only its size returned.
   kLookup,
   // KEYS: record, lease. ARGV: token, channel, message, record args.
   // Returns 1 if stored, 0 if the token no longer holds the lease.

@@ -819,16 +819,32 @@ TEST_F(FleetCacheTest, ARecordOverThisPodsMaxValueBytesIsAMiss) {
   std::shared_ptr<RedisTier> reader_tier = Connect(small);
   ASSERT_NE(writer_tier, nullptr);
   ASSERT_NE(reader_tier, nullptr);
+  constexpr size_t kBig = 256 << 10;
   CountingBackend backend;
-  backend.set_value(std::string(4000, 'x'));
+  backend.set_value(std::string(kBig, 'x'));
   auto writer = NewCache(backend, CacheOptions(writer_tier));
   auto reader = NewCache(backend, CacheOptions(reader_tier));
-  ASSERT_EQ(writer->Get("big").value_or("error").size(), 4000u);
-  ASSERT_EQ(Redis({"EXISTS", RecordKey("big")}), "1");
+  ASSERT_EQ(writer->Get("big").value_or("error").size(), kBig);
+  const std::string version = Redis({"HGET", RecordKey("big"), "version"});
+  ASSERT_FALSE(version.empty());
+  ASSERT_NE(version, "(nil)");
 
-  EXPECT_EQ(reader->Get("big").value_or("error").size(), 4000u);
+  const uint64_t before = server_->NetOutputBytes().value_or(0);
+  EXPECT_EQ(reader->Get("big").value_or("error").size(), kBig);
+  const uint64_t after = server_->NetOutputBytes().value_or(0);
+  // Loaded here, without a lease (the reader could not fill over the
+  // value), and the value was never transferred.
   EXPECT_EQ(reader->stats().shared_hits, 0u);
   EXPECT_GE(reader->stats().shared_errors, 1u);
+  EXPECT_EQ(reader->stats().leases_acquired, 0u);
+  EXPECT_EQ(backend.calls(), 2);
+  EXPECT_LT(after - before, 64u << 10);
+  EXPECT_EQ(reader_tier->stats().oversized_records, 1u);
+  // The record stays the writer's, for the pods that can read it.
+  EXPECT_EQ(Redis({"HGET", RecordKey("big"), "version"}), version);
+  EXPECT_EQ(Redis({"EXISTS", LeaseKey("big")}), "0");
+  // Served from here from now on.
+  EXPECT_EQ(reader->Get("big").value_or("error").size(), kBig);
   EXPECT_EQ(backend.calls(), 2);
 }
 

@@ -218,6 +218,24 @@ TEST(LookupReplyTest, NotNeededWithAnError) {
   EXPECT_EQ(parsed->lookup.record->keep_for, absl::InfiniteDuration());
 }
 
+TEST(LookupReplyTest, AValueOverMaxValueBytesComesAsItsSizeOnly) {
+  RedisReplyPtr reply =
+      Reply(Array({Int(0), Int(0), Bulk(""), Int(2), Int(2097152)}));
+  ASSERT_NE(reply, nullptr);
+  absl::StatusOr<ParsedLookup> parsed = ParseLookupReply(*reply);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->oversized_bytes, std::optional<uint64_t>(2097152));
+  EXPECT_FALSE(parsed->lookup.record.has_value());
+  EXPECT_FALSE(parsed->bad_record);
+
+  // The other shapes carry no size.
+  reply = Reply(Array({Int(1), Int(0), Bulk(""), Int(0)}));
+  ASSERT_NE(reply, nullptr);
+  parsed = ParseLookupReply(*reply);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->oversized_bytes.has_value());
+}
+
 TEST(LookupReplyTest, MalformedRepliesAreDataLoss) {
   const std::string good_head = RecordTail({Int(0), Int(0), Bulk(""), Int(0)});
   const std::vector<std::string> bad = {
@@ -236,8 +254,13 @@ TEST(LookupReplyTest, MalformedRepliesAreDataLoss) {
       Array({Int(1), Bulk("x"), Bulk(""), Int(0)}),
       Array({Int(1), Int(0), Int(0), Int(0)}),
       Array({Int(1), Int(0), Bulk(""), std::string(kNil)}),
-      // A record of the wrong length.
+      // A record of the wrong length; an oversized value's size without
+      // its marker, with a lease, or not a size.
       Array({Int(0), Int(0), Bulk(""), Int(0), Bulk("ver")}),
+      Array({Int(0), Int(0), Bulk(""), Int(1), Int(5)}),
+      Array({Int(1), Int(0), Bulk(""), Int(2), Int(5)}),
+      Array({Int(0), Int(0), Bulk(""), Int(2), Int(-5)}),
+      Array({Int(0), Int(0), Bulk(""), Int(2), std::string(kNil)}),
       // A record with bad fields.
       Array({Int(0), Int(0), Bulk(""), Int(0), std::string(kNil), Int(0),
              Bulk("0"), Bulk("0"), Bulk("0"), Bulk("0"), Bulk("v"),
@@ -284,7 +307,8 @@ TEST(LookupReplyTest, RandomRepliesNeverCrash) {
       Bulk(""),  Bulk("0"),     Bulk("17"), Bulk("x"),      std::string(kNil),
       "+OK\r\n", "-ERR no\r\n", Array({}),  Array({Int(1)})};
   for (int round = 0; round < 20000; ++round) {
-    const size_t n = rng() % 2 == 0 ? (rng() % 2 == 0 ? 4 : 13) : rng() % 16;
+    const size_t n =
+        rng() % 2 == 0 ? std::vector<size_t>{4, 5, 13}[rng() % 3] : rng() % 16;
     std::vector<std::string> elements;
     for (size_t i = 0; i < n; ++i)
       elements.push_back(atoms[rng() % atoms.size()]);

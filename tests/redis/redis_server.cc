@@ -23,8 +23,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "child_process.h"
 
 namespace paddock::testing {
@@ -261,6 +265,20 @@ absl::StatusOr<std::string> RedisServer::Command(
   absl::StatusOr<std::string> text = ReplyText(*reply);
   freeReplyObject(reply);
   return text;
+}
+
+absl::StatusOr<uint64_t> RedisServer::NetOutputBytes() {
+  absl::StatusOr<std::string> info = Command({"INFO", "stats"});
+  if (!info.ok()) return info.status();
+  constexpr absl::string_view kField = "total_net_output_bytes:";
+  for (absl::string_view line :
+       absl::StrSplit(*info, absl::ByAnyChar("\r\n"))) {
+    uint64_t bytes = 0;
+    if (absl::ConsumePrefix(&line, kField) && absl::SimpleAtoi(line, &bytes)) {
+      return bytes;
+    }
+  }
+  return absl::NotFoundError("RedisServer: no total_net_output_bytes in INFO");
 }
 
 }  // namespace paddock::testing

@@ -24,6 +24,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,6 +107,14 @@ class RedisServer {
   // "(nil)", an array as its elements joined by '\n'. An error reply is
   // `absl::UnknownError` with its text.
   absl::StatusOr<std::string> Command(const std::vector<std::string>& args);
+
+  // RedisServer::NetOutputBytes()
+  //
+  // The bytes the server has written to its clients so far
+  // (`total_net_output_bytes` of INFO stats), to tell how much a call
+  // transferred. Counts this connection's earlier replies too, each INFO
+  // reply included (about 2 KB).
+  absl::StatusOr<uint64_t> NetOutputBytes();
 
  private:
   RedisServer(Options options, std::string dir);

@@ -644,6 +644,113 @@ TEST_F(RedisTierTest, OversizedValuesAreRefusedAndTheLeaseIsGivenUp) {
           .value_or(false));
 }
 
+// A process with a larger max_value_bytes wrote a value this one may not
+// take: its Lookup measures it on the server and transfers none of it (Redis
+// allows values of up to 512 MB), takes no lease and returns DataLoss, which
+// a cache takes as a miss (as for a value it cannot decode).
+TEST_F(RedisTierTest, ALookupNeverTransfersAValueOverItsMaxValueBytes) {
+  RedisOptions large = Options();
+  large.max_value_bytes = size_t{4} << 20;
+  std::shared_ptr<RedisTier> writer = Connect(large);
+  std::shared_ptr<RedisTier> reader = Connect();  // 1 MiB.
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  constexpr size_t kBig = size_t{2} << 20;
+  ASSERT_TRUE(writer->Put("big", ValueFill(std::string(kBig, 'x')), 0).ok());
+  const std::string version =
+      server_->Command({"HGET", "test:v1:{big}:v", "version"}).value_or("");
+  ASSERT_FALSE(version.empty());
+
+  const uint64_t before = server_->NetOutputBytes().value_or(0);
+  absl::StatusOr<SharedLookup> lookup =
+      reader->Lookup("big", "", absl::Seconds(30));
+  const uint64_t after = server_->NetOutputBytes().value_or(0);
+  EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(lookup.status().message(),
+              HasSubstr(absl::StrCat(kBig, " bytes, over max_value_bytes")));
+  // The reply (and the INFO replies around it) is a few hundred bytes, not
+  // 2 MiB.
+  EXPECT_GT(after, before);
+  EXPECT_LT(after - before, 64u << 10);
+  RedisTierStats stats = reader->stats();
+  EXPECT_EQ(stats.oversized_records, 1u);
+  EXPECT_EQ(stats.bad_records, 0u);
+  EXPECT_EQ(stats.bad_replies, 0u);
+  // No lease taken: this process could not fill over the value anyway, and
+  // the processes that can read it are not kept waiting.
+  EXPECT_EQ(server_->Command({"EXISTS", "test:v1:{big}:l"}).value_or(""), "0");
+  EXPECT_EQ(
+      server_->Command({"HGET", "test:v1:{big}:v", "version"}).value_or(""),
+      version);
+
+  // The measure sees a transferred value: the writer's Lookup reads it.
+  const uint64_t writer_before = server_->NetOutputBytes().value_or(0);
+  lookup = writer->Lookup("big", "", absl::Seconds(30));
+  const uint64_t writer_after = server_->NetOutputBytes().value_or(0);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  ASSERT_TRUE(lookup->record.has_value());
+  EXPECT_EQ(lookup->lease, Lease::kNotNeeded);
+  EXPECT_EQ(lookup->record->value.value_or("").size(), kBig);
+  EXPECT_GT(writer_after - writer_before, kBig);
+  EXPECT_EQ(writer->stats().oversized_records, 0u);
+
+  // The limit is inclusive, and a stale value is measured too.
+  RedisOptions exact = Options();
+  exact.max_value_bytes = kBig;
+  std::shared_ptr<RedisTier> exact_reader = Connect(exact);
+  ASSERT_NE(exact_reader, nullptr);
+  lookup = exact_reader->Lookup("big", "", absl::Seconds(30));
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->record->value.value_or("").size(), kBig);
+  ASSERT_TRUE(writer
+                  ->Put("stale",
+                        ValueFill(std::string(kBig, 's'), absl::ZeroDuration(),
+                                  absl::Seconds(20)),
+                        0)
+                  .ok());
+  lookup = reader->Lookup("stale", "", absl::Seconds(30));
+  EXPECT_EQ(lookup.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(server_->Command({"EXISTS", "test:v1:{stale}:l"}).value_or(""),
+            "0");
+  EXPECT_EQ(reader->stats().oversized_records, 2u);
+}
+
+// A remembered error is served whatever the length of its message (its code
+// is what counts), but a message over max_value_bytes is not transferred.
+TEST_F(RedisTierTest, ARememberedErrorWithAMessageOverTheLimitKeepsItsCode) {
+  RedisOptions large = Options();
+  large.max_value_bytes = size_t{1} << 20;
+  std::shared_ptr<RedisTier> writer = Connect(large);
+  RedisOptions small = Options();
+  small.max_value_bytes = 1000;
+  std::shared_ptr<RedisTier> reader = Connect(small);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  constexpr size_t kLong = 256 << 10;
+  SharedFill error;
+  error.value = absl::UnavailableError(std::string(kLong, 'e'));
+  error.keep_for = absl::Seconds(20);
+  ASSERT_TRUE(writer->Put("err", error, 0).ok());
+
+  const uint64_t before = server_->NetOutputBytes().value_or(0);
+  absl::StatusOr<SharedLookup> lookup =
+      reader->Lookup("err", "", absl::Seconds(30));
+  const uint64_t after = server_->NetOutputBytes().value_or(0);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->lease, Lease::kNotNeeded);
+  ASSERT_TRUE(lookup->record.has_value());
+  EXPECT_EQ(lookup->record->value.status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lookup->record->value.status().message(),
+              HasSubstr(absl::StrCat(kLong, " bytes is over max_value_bytes")));
+  EXPECT_LT(after - before, 64u << 10);
+  EXPECT_EQ(reader->stats().oversized_records, 0u);
+  // Within the limit, the message is the one stored.
+  lookup = writer->Lookup("err", "", absl::Seconds(30));
+  ASSERT_TRUE(lookup.ok() && lookup->record.has_value());
+  EXPECT_EQ(lookup->record->value.status().message().size(), kLong);
+}
+
 TEST_F(RedisTierTest, KeysAndLeaseShareAHashTag) {
   std::shared_ptr<RedisTier> tier = Connect();
   ASSERT_NE(tier, nullptr);
