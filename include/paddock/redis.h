@@ -220,13 +220,19 @@ class RedisTier final : public SharedTier {
   // RedisTier::Put()
   //
   // `SharedTier::Put`: one EVALSHA. Returns `absl::InvalidArgumentError` for
-  // a value larger than `max_value_bytes`, storing nothing.
+  // a value larger than `max_value_bytes`, storing nothing. A Put that
+  // fails after its command may have reached Redis (a timeout, a connection
+  // lost after sending) is not retried, and Redis may still run it, even
+  // after writes sent later: for 5 minutes, a put or invalidate message of
+  // `key` then reaches `origin` too, so that the writer drops its copy as
+  // every other subscriber does (docs/fleet.md, "Change messages").
   absl::Status Put(std::string_view key, const SharedFill& fill,
                    uint64_t origin) override;
 
   // RedisTier::Invalidate()
   //
-  // `SharedTier::Invalidate`: one EVALSHA.
+  // `SharedTier::Invalidate`: one EVALSHA. One that fails after its command
+  // may have reached Redis is treated as a failed Put is.
   absl::Status Invalidate(std::string_view key, uint64_t origin) override;
 
   // RedisTier::AwaitChange()

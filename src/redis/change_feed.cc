@@ -11,17 +11,22 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/numeric/int128.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "paddock/internal/seed.h"
 #include "paddock/internal/splitmix.h"
@@ -35,6 +40,8 @@ namespace {
 
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+// The most writes that may land late remembered at once.
+constexpr size_t kMaxUnsettled = 1024;
 
 bool IsString(const redisReply* r, std::string_view text) {
   return r != nullptr && r->type == REDIS_REPLY_STRING && r->str != nullptr &&
@@ -83,6 +90,8 @@ class ChangeFeed::Loop {
   void Run();
   // Makes Run() return, and the hub deliver nothing more. Thread-safe.
   void Stop();
+  // ChangeFeed::WriteMayLandLate. May throw std::bad_alloc.
+  void WriteMayLandLate(std::string_view key, bool heard_meanwhile);
 
   uint64_t losses() const { return losses_.load(std::memory_order_relaxed); }
   uint64_t messages() const {
@@ -96,9 +105,16 @@ class ChangeFeed::Loop {
   bool Handle(const redisReply& reply, bool* pong);
   // Whether `fd` has something to read now. Never blocks.
   static bool Readable(int fd);
-  // Sleeps up to `timeout` or until Stop. Returns false when stopping.
+  // Sleeps up to `timeout` or until Stop, delivering what is posted
+  // meanwhile. Returns false when stopping.
   bool Sleep(absl::Duration timeout);
   void DrainWakeFd();
+  // Whether a write of `key` may land late (WriteMayLandLate).
+  bool MayLandLate(std::string_view key);
+  // Forgets the writes remembered for longer than unsettled_for.
+  void ForgetSettled(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(late_mu_);
+  // Delivers the invalidations WriteMayLandLate posted.
+  void DeliverPosted();
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
 
   const ChangeFeedConfig config_;
@@ -110,6 +126,16 @@ class ChangeFeed::Loop {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> losses_{0};
   std::atomic<uint64_t> messages_{0};
+
+  absl::Mutex late_mu_;
+  struct Unsettled {
+    size_t key_hash;
+    absl::Time until;
+  };
+  // In the order remembered, which is that of `until`.
+  std::deque<Unsettled> unsettled_ ABSL_GUARDED_BY(late_mu_);
+  // Keys to invalidate everywhere, on the thread.
+  std::vector<std::string> posted_ ABSL_GUARDED_BY(late_mu_);
 
   // Set by Start(), then used by the thread only.
   std::unique_ptr<RedisConnection> connection_;
@@ -131,6 +157,14 @@ ChangeFeed::~ChangeFeed() {
     thread_.detach();
   } else {
     thread_.join();
+  }
+}
+
+void ChangeFeed::WriteMayLandLate(std::string_view key, bool heard_meanwhile) {
+  try {
+    loop_->WriteMayLandLate(key, heard_meanwhile);
+  } catch (...) {
+    // Out of memory: the writer may keep its copy until it expires.
   }
 }
 
@@ -207,9 +241,61 @@ bool ChangeFeed::Loop::Readable(int fd) {
 }
 
 bool ChangeFeed::Loop::Sleep(absl::Duration timeout) {
-  pollfd wake = {.fd = wake_fd_, .events = POLLIN, .revents = 0};
-  poll(&wake, 1, PollMillis(timeout));
-  return !stopping();
+  const absl::Time until = MonotonicNow() + timeout;
+  while (!stopping()) {
+    const absl::Duration left = until - MonotonicNow();
+    if (left <= absl::ZeroDuration()) return true;
+    pollfd wake = {.fd = wake_fd_, .events = POLLIN, .revents = 0};
+    if (poll(&wake, 1, PollMillis(left)) > 0) {
+      DrainWakeFd();
+      DeliverPosted();
+    }
+  }
+  return false;
+}
+
+void ChangeFeed::Loop::WriteMayLandLate(std::string_view key,
+                                        bool heard_meanwhile) {
+  const absl::Time now = MonotonicNow();
+  {
+    absl::MutexLock lock(&late_mu_);
+    ForgetSettled(now);
+    if (unsettled_.size() >= kMaxUnsettled) unsettled_.pop_front();
+    unsettled_.push_back({.key_hash = std::hash<std::string_view>{}(key),
+                          .until = now + config_.unsettled_for});
+    if (!heard_meanwhile) return;
+    posted_.emplace_back(key);
+  }
+  const uint64_t one = 1;
+  while (write(wake_fd_, &one, sizeof(one)) == -1 && errno == EINTR) {
+  }
+}
+
+void ChangeFeed::Loop::ForgetSettled(absl::Time now) {
+  while (!unsettled_.empty() && unsettled_.front().until <= now) {
+    unsettled_.pop_front();
+  }
+}
+
+bool ChangeFeed::Loop::MayLandLate(std::string_view key) {
+  absl::MutexLock lock(&late_mu_);
+  ForgetSettled(MonotonicNow());
+  if (unsettled_.empty()) return false;
+  const size_t hash = std::hash<std::string_view>{}(key);
+  return std::any_of(unsettled_.begin(), unsettled_.end(),
+                     [hash](const Unsettled& u) { return u.key_hash == hash; });
+}
+
+void ChangeFeed::Loop::DeliverPosted() {
+  std::vector<std::string> keys;
+  {
+    absl::MutexLock lock(&late_mu_);
+    keys.swap(posted_);
+  }
+  for (const std::string& key : keys) {
+    if (stopping()) return;
+    hub_->DeliverInvalidate(key, /*origin=*/0);
+  }
 }
 
 bool ChangeFeed::Loop::Handle(const redisReply& reply, bool* pong) {
@@ -231,7 +317,10 @@ bool ChangeFeed::Loop::Handle(const redisReply& reply, bool* pong) {
   log_->Record(message->key);
   if (message->kind == ChangeKind::kPut ||
       message->kind == ChangeKind::kInvalidate) {
-    hub_->DeliverInvalidate(message->key, message->origin);
+    // A write of this tier's that may have landed late is delivered to its
+    // origin too: the writer's copy may not be what Redis holds last.
+    hub_->DeliverInvalidate(message->key,
+                            MayLandLate(message->key) ? 0 : message->origin);
   }
   // Every kind, every origin: what wakes loads parked for another
   // process's fill (a cache's own invalidation first, then the wake).
@@ -308,7 +397,10 @@ void ChangeFeed::Loop::Run() {
       lose();
       continue;
     }
-    if (fds[1].revents != 0) DrainWakeFd();
+    if (fds[1].revents != 0) {
+      DrainWakeFd();
+      DeliverPosted();
+    }
     if (stopping()) break;
 
     if (fds[0].revents != 0 &&

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -33,6 +34,13 @@ struct ChangeFeedConfig {
   // Seeds the reconnect jitter; 0 draws one from the operating system's
   // entropy (SeedOrRandom), so that the pods of a fleet differ.
   uint64_t seed = 0;
+  // How long a write that may land late (`ChangeFeed::WriteMayLandLate`) is
+  // remembered: longer than Linux retransmits the data of a closed TCP
+  // connection (about 100 s with tcp_orphan_retries at its default, on a LAN),
+  // the longest a sent command may plausibly wait to reach Redis; a server that
+  // hangs longer costs the subscription, whose return drops every copy
+  // after such writes landed.
+  absl::Duration unsettled_for = absl::Minutes(5);
 };
 
 // Returns how long to wait before the next reconnect: `backoff` stretched by
@@ -64,6 +72,21 @@ class ChangeFeed {
   // Returns the error of the connect or of SUBSCRIBE (and starts nothing).
   // Call once.
   absl::Status Start();
+
+  // ChangeFeed::WriteMayLandLate()
+  //
+  // A put or invalidation of `key` by this tier failed after its command
+  // may have reached Redis (a timeout, a connection lost after sending):
+  // Redis may still run it, and later than writes sent after it. For
+  // `unsettled_for`, a put or invalidate message of `key` is therefore
+  // delivered to every subscription, its origin's included: the writer drops
+  // its own copy as every other process does, and the next read takes what
+  // Redis holds last. The 1024 latest are remembered. With
+  // `heard_meanwhile` (a change of `key` arrived during the call, perhaps
+  // that very write, passed over its origin), also has the thread deliver an
+  // invalidation of `key` to every subscription now. Thread-safe; never
+  // throws (out of memory, it remembers nothing).
+  void WriteMayLandLate(std::string_view key, bool heard_meanwhile);
 
   // Times the subscription was lost; change messages received. Thread-safe.
   uint64_t losses() const;

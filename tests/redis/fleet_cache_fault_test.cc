@@ -40,9 +40,10 @@ class FleetCacheFaultTest : public RedisFleetTest {
   }
 
   // Two pods, each with its own tier, and a key both have.
-  void StartPods() {
+  void StartPods() { StartPods(FaultOptions()); }
+  void StartPods(const RedisOptions& options) {
     for (int i = 0; i < 2; ++i) {
-      tiers_.push_back(Connect(FaultOptions()));
+      tiers_.push_back(Connect(options));
       ASSERT_NE(tiers_.back(), nullptr);
       pods_.push_back(NewCache(backend_, CacheOptions(tiers_.back())));
     }
@@ -83,6 +84,19 @@ class FleetCacheFaultTest : public RedisFleetTest {
       absl::SleepFor(absl::Milliseconds(50));
     }
     return false;
+  }
+
+  // Calls `done` every 10 ms until it returns true or `timeout` passes;
+  // returns its last answer.
+  template <typename Done>
+  static bool Eventually(Done done,
+                         absl::Duration timeout = absl::Seconds(10)) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (!done()) {
+      if (absl::Now() >= give_up) return false;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return true;
   }
 
   CountingBackend backend_;
@@ -204,6 +218,81 @@ TEST_F(FleetCacheFaultTest, WritesWhileRedisIsOutAreCountedAndDoNotBlock) {
   // Written here all the same.
   EXPECT_EQ(pods_[0]->GetIfPresent("warm"), "put while paused");
   ASSERT_TRUE(server_->Resume().ok());
+}
+
+// Two Puts of one key that both time out while Redis hangs wait in their
+// connections' sockets and both run once it resumes, in an order nobody
+// promises (docs/fleet.md, "What is not promised"). What is promised: Redis
+// keeps one of them, and every pod, the writer included, then serves what
+// Redis keeps.
+TEST_F(FleetCacheFaultTest, TwoWritesThatTimeOutInAHangLeaveEveryPodWithRedis) {
+  RedisOptions options = FaultOptions();
+  options.breaker_failures = 10;  // Both Puts are sent.
+  // The subscriptions outlive the hang: the change messages must do it.
+  options.health_check_interval = absl::Seconds(30);
+  StartPods(options);
+  ASSERT_FALSE(HasFailure());
+  const uint64_t heard = tiers_[1]->stats().notifications;
+  ASSERT_TRUE(server_->Pause().ok());
+  pods_[0]->Put("warm", "first");
+  pods_[0]->Put("warm", "second");
+  EXPECT_EQ(tiers_[0]->stats().timeouts, 2u);
+  EXPECT_EQ(pods_[0]->stats().shared_errors, 2u);
+  ASSERT_TRUE(server_->Resume().ok());
+
+  // Both land, and both messages reach the other pod.
+  ASSERT_TRUE(Eventually(
+      [&] { return tiers_[1]->stats().notifications >= heard + 2; }));
+  const std::string kept = Redis({"HGET", RecordKey("warm"), "value"});
+  EXPECT_TRUE(kept == "first" || kept == "second") << kept;
+  const auto agree = [&] {
+    return pods_[0]->Get("warm").value_or("error") == kept &&
+           pods_[1]->Get("warm").value_or("error") == kept;
+  };
+  EXPECT_TRUE(Eventually(agree, absl::Seconds(3)));  // Copies live 10 s.
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(agree());
+  EXPECT_EQ(Redis({"HGET", RecordKey("warm"), "value"}), kept);
+  EXPECT_EQ(tiers_[0]->stats().subscription_losses, 0u);
+  EXPECT_EQ(tiers_[1]->stats().subscription_losses, 0u);
+}
+
+// A Put that times out while Redis hangs lands when it resumes, after a
+// later Put of the same pod that the open breaker refused (never sent).
+// Redis then holds the earlier value, the other pod drops its copy on the
+// message, and so must the writer, whose copy is the value Redis never saw:
+// the message of a write that may land late reaches its origin too.
+TEST_F(FleetCacheFaultTest, AWriteThatLandsAfterAHangReachesTheWritingPodToo) {
+  RedisOptions options = FaultOptions();
+  options.breaker_failures = 1;  // The second Put is refused, never sent.
+  options.breaker_cooldown = absl::Seconds(1);
+  // The subscriptions outlive the hang: the change message must do it.
+  options.health_check_interval = absl::Seconds(30);
+  StartPods(options);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(server_->Pause().ok());
+  pods_[0]->Put("warm", "sent");
+  pods_[0]->Put("warm", "never sent");
+  EXPECT_EQ(tiers_[0]->stats().timeouts, 1u);
+  EXPECT_EQ(tiers_[0]->stats().breaker_rejections, 1u);
+  EXPECT_EQ(pods_[0]->GetIfPresent("warm"), "never sent");
+  ASSERT_TRUE(server_->Resume().ok());
+
+  // Well before the copies expire (ttl 10 s).
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return !pods_[0]->GetIfPresent("warm").has_value() &&
+               !pods_[1]->GetIfPresent("warm").has_value();
+      },
+      absl::Seconds(3)));
+  EXPECT_EQ(Redis({"HGET", RecordKey("warm"), "value"}), "sent");
+  EXPECT_EQ(pods_[1]->Get("warm").value_or("error"), "sent");
+  // Pod 0 reads it too once its breaker lets it ask Redis again.
+  EXPECT_TRUE(Eventually([&] {
+    return tiers_[0]->Lookup("probe", "", absl::ZeroDuration()).ok();
+  }));
+  EXPECT_EQ(pods_[0]->Get("warm").value_or("error"), "sent");
+  EXPECT_EQ(tiers_[0]->stats().subscription_losses, 0u);
 }
 
 }  // namespace

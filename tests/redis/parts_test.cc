@@ -579,6 +579,115 @@ TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
   fake.join();
 }
 
+// The message of a write that may have landed late reaches its origin too,
+// for unsettled_for: the writer must drop its copy as every other process
+// does. A write that heard a change of its key during its call (perhaps its
+// own, passed over it) has the feed deliver an invalidation at once, on the
+// feed's thread.
+TEST(ChangeFeedTest, AWriteThatMayLandLateReachesItsOriginForAWhile) {
+  FakeRedisSocket fake_redis;
+  ASSERT_NO_FATAL_FAILURE(fake_redis.Listen(/*backlog=*/4));
+  const int listener = fake_redis.listener();
+
+  // A fake subscribed Redis that publishes what the test gives it and
+  // answers pings.
+  std::mutex outbox_mu;
+  std::vector<std::string> outbox;
+  const auto publish = [&](ChangeKind kind, uint64_t origin,
+                           std::string_view key) {
+    const std::string payload = EncodeChangeMessage(kind, origin, key);
+    std::lock_guard<std::mutex> lock(outbox_mu);
+    outbox.push_back(absl::StrCat("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$",
+                                  payload.size(), "\r\n", payload, "\r\n"));
+  };
+  std::atomic<bool> done{false};
+  std::thread fake([&] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    char buf[4096];
+    if (read(c, buf, sizeof(buf)) > 0) {
+      const std::string confirm = "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+      EXPECT_EQ(write(c, confirm.data(), confirm.size()),
+                static_cast<ssize_t>(confirm.size()));
+    }
+    while (!done.load()) {
+      std::vector<std::string> sending;
+      {
+        std::lock_guard<std::mutex> lock(outbox_mu);
+        sending.swap(outbox);
+      }
+      for (const std::string& m : sending) {
+        EXPECT_EQ(write(c, m.data(), m.size()), static_cast<ssize_t>(m.size()));
+      }
+      pollfd p = {.fd = c, .events = POLLIN, .revents = 0};
+      if (poll(&p, 1, 5) != 1) continue;
+      if (read(c, buf, sizeof(buf)) <= 0) break;
+      const std::string pong = "*2\r\n$4\r\npong\r\n$0\r\n\r\n";
+      if (write(c, pong.data(), pong.size()) < 0) break;
+    }
+    close(c);
+  });
+
+  struct Keys : SharedTier::Subscriber {
+    std::mutex mu;
+    std::vector<std::string> keys;
+    std::thread::id last_thread;
+    void OnInvalidate(std::string_view key) override {
+      std::lock_guard<std::mutex> lock(mu);
+      keys.emplace_back(key);
+      last_thread = std::this_thread::get_id();
+    }
+    void OnMissedInvalidations() override {}
+    std::vector<std::string> Seen() {
+      std::lock_guard<std::mutex> lock(mu);
+      return keys;
+    }
+  } subscriber;
+  auto log = std::make_shared<ChangeLog>();
+  auto hub = std::make_shared<SubscriberHub>();
+  std::unique_ptr<SharedTier::Subscription> subscription =
+      hub->Subscribe(&subscriber);
+  const uint64_t self = subscription->id();
+  const uint64_t other = self + 1;
+  ChangeFeedConfig config = fake_redis.FeedConfig();
+  config.unsettled_for = absl::Milliseconds(500);
+  {
+    ChangeFeed feed(config, log, hub);
+    ASSERT_TRUE(feed.Start().ok());
+    const auto keys_are = [&](std::vector<std::string> expected) {
+      return Eventually([&] { return subscriber.Seen() == expected; });
+    };
+    // Messages are handled in order: the one after shows the one before
+    // was passed over.
+    publish(ChangeKind::kPut, self, "k");
+    publish(ChangeKind::kPut, other, "a");
+    EXPECT_TRUE(keys_are({"a"}));
+
+    feed.WriteMayLandLate("k", /*heard_meanwhile=*/false);
+    publish(ChangeKind::kInvalidate, self, "k");
+    publish(ChangeKind::kPut, self, "unrelated");
+    publish(ChangeKind::kPut, other, "b");
+    EXPECT_TRUE(keys_are({"a", "k", "b"}));
+
+    feed.WriteMayLandLate("j", /*heard_meanwhile=*/true);
+    EXPECT_TRUE(keys_are({"a", "k", "b", "j"}));
+    {
+      std::lock_guard<std::mutex> lock(subscriber.mu);
+      EXPECT_NE(subscriber.last_thread, std::this_thread::get_id());
+    }
+
+    // Forgotten after unsettled_for.
+    absl::SleepFor(config.unsettled_for + absl::Milliseconds(100));
+    publish(ChangeKind::kPut, self, "k");
+    publish(ChangeKind::kPut, self, "j");
+    publish(ChangeKind::kPut, other, "c");
+    EXPECT_TRUE(keys_are({"a", "k", "b", "j", "c"}));
+    EXPECT_EQ(feed.losses(), 0u);
+    done.store(true);
+  }
+  fake.join();
+}
+
 // The reconnect wait is the backoff stretched by [0, 50 %): never shorter
 // (the bound above holds), and spread, so that pods whose Redis restarted
 // do not reconnect in step.

@@ -74,6 +74,10 @@ class CountingSubscriber : public SharedTier::Subscriber {
     std::lock_guard<std::mutex> lock(mu_);
     return missed_;
   }
+  int invalidations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return invalidations_;
+  }
   std::string last_key() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_key_;
@@ -230,6 +234,62 @@ TEST_F(RedisTierFaultTest, ConcurrentCallersAllFailInTimeWhileRedisHangs) {
   EXPECT_EQ(succeeded, 0);
   ASSERT_TRUE(server_->Resume().ok());
   EXPECT_TRUE(RecoversWithin(*tier, absl::Seconds(10)));
+}
+
+// A write that times out while Redis hangs is still run once Redis resumes
+// (its command waits in the closed connection's socket), possibly after
+// writes sent later. Its message then reaches its origin too, so that the
+// writer drops its own copy as every other process does; a write that got
+// its reply is passed over its origin, as always.
+TEST_F(RedisTierFaultTest, AWriteThatTimedOutAndLandsLaterReachesItsOrigin) {
+  RedisOptions options = Options();
+  options.breaker_failures = 100;  // Both writes are sent.
+  // The subscription outlives the hang: the messages themselves must do.
+  options.health_check_interval = absl::Seconds(30);
+  std::shared_ptr<RedisTier> tier = Connect(options);
+  std::shared_ptr<RedisTier> other = Connect(options);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_NE(other, nullptr);
+  CountingSubscriber writer;
+  CountingSubscriber watcher;
+  auto writer_subscription = tier->Subscribe(&writer);
+  auto watcher_subscription = other->Subscribe(&watcher);
+  const uint64_t origin = writer_subscription->id();
+  ASSERT_TRUE(tier->Put("k", ValueFill("before"), origin).ok());
+  ASSERT_TRUE(watcher.WaitForInvalidations(1));
+  // The writer's tier has heard its own message too: heard during the late
+  // Put below, it would count as perhaps that Put's, and be delivered at
+  // once (one invalidation more, harmless, but not what this test counts).
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (tier->stats().notifications < 1 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+
+  ASSERT_TRUE(server_->Pause().ok());
+  EXPECT_EQ(tier->Put("k", ValueFill("late"), origin).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(tier->Invalidate("j", origin).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(server_->Resume().ok());
+
+  ASSERT_TRUE(watcher.WaitForInvalidations(3));
+  ASSERT_TRUE(writer.WaitForInvalidations(2));
+  EXPECT_EQ(server_->Command({"HGET", "fault:v1:{k}:v", "value"}).value_or(""),
+            "late");
+  EXPECT_EQ(writer.invalidations(), 2);  // Not "before", which returned.
+  EXPECT_EQ(writer.missed(), 0);
+  EXPECT_EQ(tier->stats().subscription_losses, 0u);
+
+  // Others' writes reach it as always; its own write of another key, which
+  // returned, is passed over it.
+  ASSERT_TRUE(other->Put("k", ValueFill("from other"), 0).ok());
+  ASSERT_TRUE(writer.WaitForInvalidations(3));
+  ASSERT_TRUE(tier->Put("m", ValueFill("returned"), origin).ok());
+  ASSERT_TRUE(watcher.WaitForInvalidations(5));
+  ASSERT_TRUE(other->Invalidate("n", 0).ok());
+  ASSERT_TRUE(writer.WaitForInvalidations(4));
+  EXPECT_EQ(writer.last_key(), "n");  // "m" was passed over.
 }
 
 TEST_F(RedisTierFaultTest, AKilledServerFailsCallsAndARestartedOneIsUsedAgain) {
