@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -42,6 +43,8 @@ constexpr absl::Duration kFirstBackoff = absl::Milliseconds(20);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
 // The most writes that may land late remembered at once.
 constexpr size_t kMaxUnsettled = 1024;
+// The most recent messages passed over their origin whose keys are kept.
+constexpr uint64_t kPassedOverKept = 1024;
 
 bool IsString(const redisReply* r, std::string_view text) {
   return r != nullptr && r->type == REDIS_REPLY_STRING && r->str != nullptr &&
@@ -91,7 +94,8 @@ class ChangeFeed::Loop {
   // Makes Run() return, and the hub deliver nothing more. Thread-safe.
   void Stop();
   // ChangeFeed::WriteMayLandLate. May throw std::bad_alloc.
-  void WriteMayLandLate(std::string_view key, bool heard_meanwhile);
+  void WriteMayLandLate(std::string_view key, uint64_t since);
+  uint64_t passed_over() const;
 
   uint64_t losses() const { return losses_.load(std::memory_order_relaxed); }
   uint64_t messages() const {
@@ -109,8 +113,9 @@ class ChangeFeed::Loop {
   // meanwhile. Returns false when stopping.
   bool Sleep(absl::Duration timeout);
   void DrainWakeFd();
-  // Whether a write of `key` may land late (WriteMayLandLate).
-  bool MayLandLate(std::string_view key);
+  // The subscription a put or invalidate message of `key` from `origin` is
+  // not delivered to: `origin`, or 0 if a write of `key` may land late.
+  uint64_t Skip(std::string_view key, uint64_t origin);
   // Forgets the writes remembered for longer than unsettled_for.
   void ForgetSettled(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(late_mu_);
   // Delivers the invalidations WriteMayLandLate posted.
@@ -127,7 +132,7 @@ class ChangeFeed::Loop {
   std::atomic<uint64_t> losses_{0};
   std::atomic<uint64_t> messages_{0};
 
-  absl::Mutex late_mu_;
+  mutable absl::Mutex late_mu_;
   struct Unsettled {
     size_t key_hash;
     absl::Time until;
@@ -136,6 +141,11 @@ class ChangeFeed::Loop {
   std::deque<Unsettled> unsettled_ ABSL_GUARDED_BY(late_mu_);
   // Keys to invalidate everywhere, on the thread.
   std::vector<std::string> posted_ ABSL_GUARDED_BY(late_mu_);
+  // Messages passed over an origin of this tier: their number, and the key
+  // hash of message n at passed_over_keys_[n % kPassedOverKept].
+  uint64_t passed_over_ ABSL_GUARDED_BY(late_mu_) = 0;
+  std::array<size_t, kPassedOverKept> passed_over_keys_
+      ABSL_GUARDED_BY(late_mu_) = {};
 
   // Set by Start(), then used by the thread only.
   std::unique_ptr<RedisConnection> connection_;
@@ -160,14 +170,15 @@ ChangeFeed::~ChangeFeed() {
   }
 }
 
-void ChangeFeed::WriteMayLandLate(std::string_view key, bool heard_meanwhile) {
+void ChangeFeed::WriteMayLandLate(std::string_view key, uint64_t since) {
   try {
-    loop_->WriteMayLandLate(key, heard_meanwhile);
+    loop_->WriteMayLandLate(key, since);
   } catch (...) {
     // Out of memory: the writer may keep its copy until it expires.
   }
 }
 
+uint64_t ChangeFeed::passed_over() const { return loop_->passed_over(); }
 uint64_t ChangeFeed::losses() const { return loop_->losses(); }
 uint64_t ChangeFeed::messages() const { return loop_->messages(); }
 
@@ -254,16 +265,22 @@ bool ChangeFeed::Loop::Sleep(absl::Duration timeout) {
   return false;
 }
 
-void ChangeFeed::Loop::WriteMayLandLate(std::string_view key,
-                                        bool heard_meanwhile) {
+void ChangeFeed::Loop::WriteMayLandLate(std::string_view key, uint64_t since) {
   const absl::Time now = MonotonicNow();
+  const size_t hash = std::hash<std::string_view>{}(key);
   {
     absl::MutexLock lock(&late_mu_);
     ForgetSettled(now);
     if (unsettled_.size() >= kMaxUnsettled) unsettled_.pop_front();
-    unsettled_.push_back({.key_hash = std::hash<std::string_view>{}(key),
-                          .until = now + config_.unsettled_for});
-    if (!heard_meanwhile) return;
+    unsettled_.push_back(
+        {.key_hash = hash, .until = now + config_.unsettled_for});
+    // From now on Skip() delivers the write's message to its origin; had
+    // the thread handled it before, it passed it over, and said so here.
+    bool passed_over = passed_over_ - since >= kPassedOverKept;
+    for (uint64_t n = since + 1; n <= passed_over_ && !passed_over; ++n) {
+      passed_over = passed_over_keys_[n % kPassedOverKept] == hash;
+    }
+    if (!passed_over) return;
     posted_.emplace_back(key);
   }
   const uint64_t one = 1;
@@ -277,13 +294,23 @@ void ChangeFeed::Loop::ForgetSettled(absl::Time now) {
   }
 }
 
-bool ChangeFeed::Loop::MayLandLate(std::string_view key) {
+uint64_t ChangeFeed::Loop::passed_over() const {
+  absl::MutexLock lock(&late_mu_);
+  return passed_over_;
+}
+
+uint64_t ChangeFeed::Loop::Skip(std::string_view key, uint64_t origin) {
+  // Looked up outside late_mu_, which Has's lock never nests in.
+  const bool ours = origin != 0 && hub_->Has(origin);
+  const size_t hash = std::hash<std::string_view>{}(key);
   absl::MutexLock lock(&late_mu_);
   ForgetSettled(MonotonicNow());
-  if (unsettled_.empty()) return false;
-  const size_t hash = std::hash<std::string_view>{}(key);
-  return std::any_of(unsettled_.begin(), unsettled_.end(),
-                     [hash](const Unsettled& u) { return u.key_hash == hash; });
+  if (std::any_of(unsettled_.begin(), unsettled_.end(),
+                  [hash](const Unsettled& u) { return u.key_hash == hash; })) {
+    return 0;
+  }
+  if (ours) passed_over_keys_[++passed_over_ % kPassedOverKept] = hash;
+  return origin;
 }
 
 void ChangeFeed::Loop::DeliverPosted() {
@@ -319,8 +346,7 @@ bool ChangeFeed::Loop::Handle(const redisReply& reply, bool* pong) {
       message->kind == ChangeKind::kInvalidate) {
     // A write of this tier's that may have landed late is delivered to its
     // origin too: the writer's copy may not be what Redis holds last.
-    hub_->DeliverInvalidate(message->key,
-                            MayLandLate(message->key) ? 0 : message->origin);
+    hub_->DeliverInvalidate(message->key, Skip(message->key, message->origin));
   }
   // Every kind, every origin: what wakes loads parked for another
   // process's fill (a cache's own invalidation first, then the wake).

@@ -81,12 +81,17 @@ class ChangeFeed {
   // `unsettled_for`, a put or invalidate message of `key` is therefore
   // delivered to every subscription, its origin's included: the writer drops
   // its own copy as every other process does, and the next read takes what
-  // Redis holds last. The 1024 latest are remembered. With
-  // `heard_meanwhile` (a change of `key` arrived during the call, perhaps
-  // that very write, passed over its origin), also has the thread deliver an
-  // invalidation of `key` to every subscription now. Thread-safe; never
-  // throws (out of memory, it remembers nothing).
-  void WriteMayLandLate(std::string_view key, bool heard_meanwhile);
+  // Redis holds last. The 1024 latest are remembered. `since` is
+  // `passed_over()` from before the write was sent: if a message of `key`
+  // was passed over its origin, a subscription of this tier, after it
+  // (perhaps that very write's, handled before this call), the thread also
+  // delivers an invalidation of `key` to every subscription now.
+  // Thread-safe; never throws (out of memory, it remembers nothing).
+  void WriteMayLandLate(std::string_view key, uint64_t since);
+
+  // The number of put and invalidate messages so far that were passed over
+  // their origin, a subscription of this tier. Thread-safe.
+  uint64_t passed_over() const;
 
   // Times the subscription was lost; change messages received. Thread-safe.
   uint64_t losses() const;

@@ -137,19 +137,6 @@ absl::StatusOr<bool> ReleaseLease(internal::RedisTierState& s,
   return *released == 1;
 }
 
-// A Put or Invalidate of `key` failed after its command may have reached
-// Redis (`maybe_ran`): Redis may still run it, after writes sent later. Tells
-// the feed (ChangeFeed::WriteMayLandLate), and whether a change of `key`
-// was heard since `since` (the log's sequence before the call was sent),
-// perhaps that very write, which the feed then passed over its origin.
-void WriteMayLandLate(internal::RedisTierState& s, std::string_view key,
-                      uint64_t since) noexcept {
-  const bool heard = s.log->WaitForChange(key, since, absl::InfinitePast(),
-                                          /*return_if_disconnected=*/false) ==
-                     ChangeLog::Wait::kChanged;
-  s.feed->WriteMayLandLate(key, heard);
-}
-
 // RedisTier's methods never throw (SharedTier): an exception from a
 // library under them (std::bad_alloc, out of memory) becomes a status,
 // which callers take as a tier error. Call only inside a catch block. A
@@ -435,12 +422,14 @@ absl::Status RedisTier::Put(std::string_view key, const SharedFill& fill,
     const std::string_view keys[] = {record_key, lease_key};
     std::vector<std::string_view> args = {s.channel, message};
     args.insert(args.end(), record.begin(), record.end());
-    const uint64_t since = s.log->sequence();
+    // A Put that fails after it may have reached Redis may still land,
+    // after writes sent later: its message must then reach `origin` too.
+    const uint64_t since = s.feed->passed_over();
     bool maybe_ran = false;
     absl::StatusOr<int64_t> stored = IntegerResult(
         *s.client, s.client->Eval(Script::kPut, keys, args, &maybe_ran));
     if (!stored.ok()) {
-      if (maybe_ran) WriteMayLandLate(s, key, since);
+      if (maybe_ran) s.feed->WriteMayLandLate(key, since);
       return stored.status();
     }
     s.log->Record(key);
@@ -460,12 +449,12 @@ absl::Status RedisTier::Invalidate(std::string_view key, uint64_t origin) {
         internal::EncodeChangeMessage(ChangeKind::kInvalidate, origin, key);
     const std::string_view keys[] = {record_key, lease_key};
     const std::string_view args[] = {s.channel, message};
-    const uint64_t since = s.log->sequence();
+    const uint64_t since = s.feed->passed_over();  // As in Put.
     bool maybe_ran = false;
     absl::StatusOr<int64_t> deleted = IntegerResult(
         *s.client, s.client->Eval(Script::kInvalidate, keys, args, &maybe_ran));
     if (!deleted.ok()) {
-      if (maybe_ran) WriteMayLandLate(s, key, since);
+      if (maybe_ran) s.feed->WriteMayLandLate(key, since);
       return deleted.status();
     }
     s.log->Record(key);

@@ -93,6 +93,14 @@ size_t SubscriberHub::size() const {
   return entries_->size();
 }
 
+bool SubscriberHub::Has(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  for (const std::shared_ptr<Entry>& e : *entries_) {
+    if (e->id == id) return true;
+  }
+  return false;
+}
+
 template <typename Callback>
 void SubscriberHub::Deliver(uint64_t skip, bool fall_back,
                             const Callback& callback) {

@@ -63,6 +63,9 @@ class SubscriberHub : public std::enable_shared_from_this<SubscriberHub> {
   // The number of subscriptions. Thread-safe.
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether a subscription of this hub has the id `id`. Thread-safe.
+  bool Has(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Entry;
   class SubscriptionImpl;

@@ -581,9 +581,9 @@ TEST(ChangeFeedTest, ASubscriptionDroppedAtOnceIsRetriedLessAndLessOften) {
 
 // The message of a write that may have landed late reaches its origin too,
 // for unsettled_for: the writer must drop its copy as every other process
-// does. A write that heard a change of its key during its call (perhaps its
-// own, passed over it) has the feed deliver an invalidation at once, on the
-// feed's thread.
+// does. If a message of its key was passed over its origin while the call
+// was out (perhaps its own, handled before the failure was known), the feed
+// delivers an invalidation at once, on its own thread.
 TEST(ChangeFeedTest, AWriteThatMayLandLateReachesItsOriginForAWhile) {
   FakeRedisSocket fake_redis;
   ASSERT_NO_FATAL_FAILURE(fake_redis.Listen(/*backlog=*/4));
@@ -658,19 +658,28 @@ TEST(ChangeFeedTest, AWriteThatMayLandLateReachesItsOriginForAWhile) {
       return Eventually([&] { return subscriber.Seen() == expected; });
     };
     // Messages are handled in order: the one after shows the one before
-    // was passed over.
+    // was passed over. Only those passed over a subscription of this tier
+    // are counted.
     publish(ChangeKind::kPut, self, "k");
     publish(ChangeKind::kPut, other, "a");
     EXPECT_TRUE(keys_are({"a"}));
+    EXPECT_EQ(feed.passed_over(), 1u);
 
-    feed.WriteMayLandLate("k", /*heard_meanwhile=*/false);
+    // Nothing passed over since the write was sent: nothing delivered now.
+    feed.WriteMayLandLate("k", feed.passed_over());
     publish(ChangeKind::kInvalidate, self, "k");
     publish(ChangeKind::kPut, self, "unrelated");
     publish(ChangeKind::kPut, other, "b");
     EXPECT_TRUE(keys_are({"a", "k", "b"}));
+    EXPECT_EQ(feed.passed_over(), 2u);  // "unrelated".
 
-    feed.WriteMayLandLate("j", /*heard_meanwhile=*/true);
-    EXPECT_TRUE(keys_are({"a", "k", "b", "j"}));
+    // The write's own message handled before its failure was known.
+    const uint64_t sent = feed.passed_over();
+    publish(ChangeKind::kPut, self, "j");
+    publish(ChangeKind::kPut, other, "c");
+    EXPECT_TRUE(keys_are({"a", "k", "b", "c"}));
+    feed.WriteMayLandLate("j", sent);
+    EXPECT_TRUE(keys_are({"a", "k", "b", "c", "j"}));
     {
       std::lock_guard<std::mutex> lock(subscriber.mu);
       EXPECT_NE(subscriber.last_thread, std::this_thread::get_id());
@@ -680,8 +689,8 @@ TEST(ChangeFeedTest, AWriteThatMayLandLateReachesItsOriginForAWhile) {
     absl::SleepFor(config.unsettled_for + absl::Milliseconds(100));
     publish(ChangeKind::kPut, self, "k");
     publish(ChangeKind::kPut, self, "j");
-    publish(ChangeKind::kPut, other, "c");
-    EXPECT_TRUE(keys_are({"a", "k", "b", "j", "c"}));
+    publish(ChangeKind::kPut, other, "d");
+    EXPECT_TRUE(keys_are({"a", "k", "b", "c", "j", "d"}));
     EXPECT_EQ(feed.losses(), 0u);
     done.store(true);
   }

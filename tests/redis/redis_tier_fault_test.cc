@@ -257,9 +257,10 @@ TEST_F(RedisTierFaultTest, AWriteThatTimedOutAndLandsLaterReachesItsOrigin) {
   const uint64_t origin = writer_subscription->id();
   ASSERT_TRUE(tier->Put("k", ValueFill("before"), origin).ok());
   ASSERT_TRUE(watcher.WaitForInvalidations(1));
-  // The writer's tier has heard its own message too: heard during the late
-  // Put below, it would count as perhaps that Put's, and be delivered at
-  // once (one invalidation more, harmless, but not what this test counts).
+  // The writer's tier has handled its own message too: passed over the
+  // writer during the late Put below, it would count as perhaps that Put's,
+  // and an invalidation would be delivered at once (one more, harmless, but
+  // not what this test counts).
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   while (tier->stats().notifications < 1 && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(1));
