@@ -52,9 +52,8 @@ constexpr size_t kReadWriteCapacity = 2 * kReadWriteKeys;
 constexpr size_t kReadWriteTraceLength = size_t{1} << 20;
 constexpr int kWritesPerTen = 1;
 
-// Zipf with a costly load: rounds of Loader::work, about 1.1 us of one
-// core's time on the AMD EPYC VM of docs/benchmarks.md (which derives it
-// from `unsync_flat_hash_map`'s two Zipf rows).
+// Zipf with a costly load: rounds of Loader::work, about a microsecond of
+// one core's time, so that the hit ratio weighs as well as the lookup.
 constexpr uint32_t kCostlyLoadWork = 600;
 
 // Cold-key herd: the load a herd piles up on, as a remote backend would take.

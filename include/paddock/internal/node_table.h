@@ -10,7 +10,7 @@
 // A slot keeps a few bits of its node's hash in the pointer's alignment bits,
 // so a probe passes a node of another key without reading it: on a large
 // table every node read is a cache miss, and it was most of a lookup's time
-// (docs/benchmarks.md, "Where the time went").
+// (docs/benchmarks.md, "Where the time goes").
 
 #ifndef PADDOCK_INTERNAL_NODE_TABLE_H_
 #define PADDOCK_INTERNAL_NODE_TABLE_H_
