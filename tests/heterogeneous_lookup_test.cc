@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "built_in_policies.h"
 #include "eager_coroutine.h"
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
@@ -93,7 +94,7 @@ class HeterogeneousLookupTest : public ::testing::Test {
   std::atomic<int> loads_{0};
 };
 
-using Policies = ::testing::Types<NaiveJitter, SingleFlight, XFetch, SoftTtl>;
+using Policies = testing::BuiltInPolicies;
 TYPED_TEST_SUITE(HeterogeneousLookupTest, Policies);
 
 TYPED_TEST(HeterogeneousLookupTest, AHitMakesNoKeyAndAMissMakesOne) {

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "built_in_policies.h"
 #include "gtest/gtest.h"
 #include "paddock/cache.h"
 #include "paddock/clock.h"
@@ -86,7 +87,7 @@ class KeyFunctionsTest : public ::testing::Test {
   std::atomic<int> eq_calls_{0};
 };
 
-using Policies = ::testing::Types<NaiveJitter, SingleFlight, XFetch, SoftTtl>;
+using Policies = testing::BuiltInPolicies;
 TYPED_TEST_SUITE(KeyFunctionsTest, Policies);
 
 TYPED_TEST(KeyFunctionsTest, TheCacheCallsTheObjectsItWasGiven) {
@@ -124,7 +125,7 @@ TYPED_TEST(KeyFunctionsTest, KeysTheGivenEqFindsEqualAreOneEntry) {
 // What only a coalescing policy does: one load per key at a time.
 template <typename P>
 using KeyFunctionsCoalescingTest = KeyFunctionsTest<P>;
-using CoalescingPolicies = ::testing::Types<SingleFlight, XFetch, SoftTtl>;
+using testing::CoalescingPolicies;
 TYPED_TEST_SUITE(KeyFunctionsCoalescingTest, CoalescingPolicies);
 
 TYPED_TEST(KeyFunctionsCoalescingTest,

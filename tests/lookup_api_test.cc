@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "built_in_policies.h"
 #include "eager_coroutine.h"
 #include "fake_shared_tier.h"
 #include "gtest/gtest.h"
@@ -149,27 +150,10 @@ class LookupApi : public ::testing::Test {
   absl::Status error_;
 };
 
-using Cases = ::testing::Types<
-    Case<BlockingGet<AsKey>, NaiveJitter>,
-    Case<BlockingGet<AsKey>, SingleFlight>, Case<BlockingGet<AsKey>, XFetch>,
-    Case<BlockingGet<AsKey>, SoftTtl>, Case<BlockingGet<AsView>, NaiveJitter>,
-    Case<BlockingGet<AsView>, SingleFlight>, Case<BlockingGet<AsView>, XFetch>,
-    Case<BlockingGet<AsView>, SoftTtl>,
-    Case<CallbackGetAsync<AsKey>, NaiveJitter>,
-    Case<CallbackGetAsync<AsKey>, SingleFlight>,
-    Case<CallbackGetAsync<AsKey>, XFetch>,
-    Case<CallbackGetAsync<AsKey>, SoftTtl>,
-    Case<CallbackGetAsync<AsView>, NaiveJitter>,
-    Case<CallbackGetAsync<AsView>, SingleFlight>,
-    Case<CallbackGetAsync<AsView>, XFetch>,
-    Case<CallbackGetAsync<AsView>, SoftTtl>,
-    Case<CoroutineAwait<AsKey>, NaiveJitter>,
-    Case<CoroutineAwait<AsKey>, SingleFlight>,
-    Case<CoroutineAwait<AsKey>, XFetch>, Case<CoroutineAwait<AsKey>, SoftTtl>,
-    Case<CoroutineAwait<AsView>, NaiveJitter>,
-    Case<CoroutineAwait<AsView>, SingleFlight>,
-    Case<CoroutineAwait<AsView>, XFetch>,
-    Case<CoroutineAwait<AsView>, SoftTtl>>;
+using Cases = testing::EveryPair<
+    Case, testing::TypeList<BlockingGet<AsKey>, BlockingGet<AsView>,
+                            CallbackGetAsync<AsKey>, CallbackGetAsync<AsView>,
+                            CoroutineAwait<AsKey>, CoroutineAwait<AsView>>>;
 
 template <typename A, template <typename> class Api>
 constexpr bool kIs =

@@ -5,14 +5,14 @@
 #include "paddock/testing/policy_contract.h"
 
 #include "../examples/refresh_ahead_policy.h"
+#include "built_in_policies.h"
 #include "gtest/gtest.h"
 #include "paddock/policy.h"
 
 namespace paddock::testing {
 namespace {
 
-using Policies = ::testing::Types<NaiveJitter, SingleFlight, XFetch, SoftTtl,
-                                  paddock_examples::RefreshAhead>;
+using Policies = BuiltInPoliciesAnd<paddock_examples::RefreshAhead>;
 
 }  // namespace
 
