@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -252,15 +253,24 @@ TEST_F(FleetTest, AParkedWaitAsksAgainOnItsTimerAndEndsAtItsTimeout) {
                       SingleFlight{},
                       Options{.wait_timeout = absl::Milliseconds(200)});
   tier_->TakeLease("k");
+  // Answered on the cache's timer thread: read under a lock.
+  std::mutex mu;
   std::optional<absl::StatusOr<std::string>> got;
-  a.cache->GetAsync(
-      "k", [&got](absl::StatusOr<std::string> v) { got = std::move(v); });
+  a.cache->GetAsync("k", [&](absl::StatusOr<std::string> v) {
+    std::lock_guard<std::mutex> lock(mu);
+    got = std::move(v);
+  });
+  const auto answered = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return got.has_value();
+  };
   // Real time (the waits' clock): the timer wakes it within about 50 ms of
   // the lease's end or the timeout; bounded generously.
-  for (int i = 0; i < 10000 && !got.has_value(); ++i) {
+  for (int i = 0; i < 10000 && !answered(); ++i) {
     a.executor.RunAll();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  std::lock_guard<std::mutex> lock(mu);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(tier_->lookups(), 2);  // Asked again at least at its deadline.

@@ -27,6 +27,7 @@
 #include "paddock/options.h"
 #include "paddock/policy.h"
 #include "paddock/redis.h"
+#include "redis_fixture.h"
 #include "redis_server.h"
 
 namespace paddock::testing {
@@ -119,34 +120,13 @@ using StringCache = Cache<std::string, std::string, P>;
 
 // RedisFleetTest
 //
-// Starts a redis-server for each test. Tier options are generous (a busy
-// machine, sanitizers); fault tests shorten them.
-class RedisFleetTest : public ::testing::Test {
+// RedisTest for caches in front of the tier: a cache's options, a cache over
+// a CountingBackend, and the Redis keys of a cache key.
+class RedisFleetTest : public RedisTest {
  protected:
   static constexpr char kPrefix[] = "fleet:v1:";
 
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<RedisServer>> server = RedisServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-  }
-
-  RedisOptions TierOptions() const {
-    RedisOptions options;
-    options.address = server_->address();
-    options.key_prefix = kPrefix;
-    options.io_timeout = absl::Seconds(2);
-    options.lease_for = absl::Seconds(10);
-    return options;
-  }
-
-  std::shared_ptr<RedisTier> Connect(const RedisOptions& options) {
-    absl::StatusOr<std::shared_ptr<RedisTier>> tier =
-        RedisTier::Connect(options);
-    EXPECT_TRUE(tier.ok()) << tier.status();
-    return tier.ok() ? *tier : nullptr;
-  }
-  std::shared_ptr<RedisTier> Connect() { return Connect(TierOptions()); }
+  RedisFleetTest() : RedisTest(kPrefix) {}
 
   // Options for a cache in front of `tier` (nullptr: none).
   static Options CacheOptions(std::shared_ptr<SharedTier> tier) {
@@ -178,8 +158,6 @@ class RedisFleetTest : public ::testing::Test {
     absl::StatusOr<std::string> reply = server_->Command(args);
     return reply.ok() ? *reply : reply.status().ToString();
   }
-
-  std::unique_ptr<RedisServer> server_;
 };
 
 }  // namespace paddock::testing

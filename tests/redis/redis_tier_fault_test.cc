@@ -32,12 +32,14 @@
 #include "paddock/shared_tier.h"
 #include "redis/address.h"
 #include "redis/connection.h"
+#include "redis_fixture.h"
 #include "redis_server.h"
 
 namespace paddock {
 namespace {
 
 using ::paddock::testing::RedisServer;
+using ::paddock::testing::RedisTest;
 using ::testing::AnyOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -99,30 +101,18 @@ SharedFill ValueFill(std::string value) {
   return fill;
 }
 
-class RedisTierFaultTest : public ::testing::Test {
+class RedisTierFaultTest : public RedisTest {
  protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<RedisServer>> server = RedisServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-  }
+  RedisTierFaultTest() : RedisTest("fault:v1:") {}
 
+  // Short timeouts, a quick breaker and health check: faults show fast.
   RedisOptions Options() const {
-    RedisOptions options;
-    options.address = server_->address();
-    options.key_prefix = "fault:v1:";
+    RedisOptions options = TierOptions();
     options.io_timeout = absl::Milliseconds(200);
     options.breaker_failures = 3;
     options.breaker_cooldown = absl::Milliseconds(300);
     options.health_check_interval = absl::Milliseconds(200);
     return options;
-  }
-
-  std::shared_ptr<RedisTier> Connect(const RedisOptions& options) {
-    absl::StatusOr<std::shared_ptr<RedisTier>> tier =
-        RedisTier::Connect(options);
-    EXPECT_TRUE(tier.ok()) << tier.status();
-    return tier.ok() ? *tier : nullptr;
   }
 
   // Looks up fresh keys until one call succeeds; returns whether one did
@@ -138,8 +128,6 @@ class RedisTierFaultTest : public ::testing::Test {
     }
     return false;
   }
-
-  std::unique_ptr<RedisServer> server_;
 };
 
 TEST_F(RedisTierFaultTest,

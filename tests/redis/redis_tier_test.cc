@@ -35,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "paddock/redis.h"
 #include "paddock/shared_tier.h"
+#include "redis_fixture.h"
 #include "redis_server.h"
 
 namespace paddock {
@@ -42,6 +43,7 @@ namespace {
 
 using ::paddock::testing::ChildProcess;
 using ::paddock::testing::RedisServer;
+using ::paddock::testing::RedisTest;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Lease = SharedLookup::Lease;
@@ -95,33 +97,10 @@ SharedFill ValueFill(std::string value,
   return fill;
 }
 
-class RedisTierTest : public ::testing::Test {
+class RedisTierTest : public RedisTest {
  protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<RedisServer>> server = RedisServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-  }
-
-  RedisOptions Options() const {
-    RedisOptions options;
-    options.address = server_->address();
-    options.key_prefix = std::string(kPrefix);
-    // Generous: the machine may be busy; fault tests use short ones.
-    options.io_timeout = absl::Seconds(2);
-    options.lease_for = absl::Seconds(10);
-    return options;
-  }
-
-  std::shared_ptr<RedisTier> Connect(const RedisOptions& options) {
-    absl::StatusOr<std::shared_ptr<RedisTier>> tier =
-        RedisTier::Connect(options);
-    EXPECT_TRUE(tier.ok()) << tier.status();
-    return tier.ok() ? *tier : nullptr;
-  }
-  std::shared_ptr<RedisTier> Connect() { return Connect(Options()); }
-
-  std::unique_ptr<RedisServer> server_;
+  RedisTierTest() : RedisTest(std::string(kPrefix)) {}
+  RedisOptions Options() const { return TierOptions(); }
 };
 
 // ---- Connect ----------------------------------------------------------------

@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "paddock/redis.h"
 #include "paddock/shared_tier.h"
-#include "redis_server.h"
+#include "redis_fixture.h"
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -65,7 +65,7 @@ __attribute__((noinline)) void operator delete(void* p, size_t) noexcept {
 namespace paddock {
 namespace {
 
-using ::paddock::testing::RedisServer;
+using ::paddock::testing::RedisTest;
 using Lease = SharedLookup::Lease;
 
 // Fails the calling thread's `k`-th allocation (from 0) while it lives.
@@ -89,18 +89,15 @@ SharedFill ValueFill(std::string value) {
   return fill;
 }
 
-class RedisTierMemoryTest : public ::testing::Test {
+class RedisTierMemoryTest : public RedisTest {
  protected:
   void SetUp() override {
     if (!kFailsAllocations) {
       GTEST_SKIP() << "ThreadSanitizer owns operator new";
     }
-    absl::StatusOr<std::unique_ptr<RedisServer>> server = RedisServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    RedisOptions options;
-    options.address = server_->address();
-    options.io_timeout = absl::Seconds(2);
+    RedisTest::SetUp();
+    if (HasFatalFailure()) return;
+    RedisOptions options = TierOptions();
     // Long: a lease left held would block the other tier for the whole test.
     options.lease_for = absl::Seconds(30);
     absl::StatusOr<std::shared_ptr<RedisTier>> a = RedisTier::Connect(options);
@@ -136,7 +133,6 @@ class RedisTierMemoryTest : public ::testing::Test {
     return false;
   }
 
-  std::unique_ptr<RedisServer> server_;
   std::shared_ptr<RedisTier> a_;
   std::shared_ptr<RedisTier> b_;
 };
