@@ -9,6 +9,9 @@
 #ifndef PADDOCK_TESTS_BUILT_IN_POLICIES_H_
 #define PADDOCK_TESTS_BUILT_IN_POLICIES_H_
 
+#include <cstddef>
+#include <tuple>
+
 #include "gtest/gtest.h"
 #include "paddock/policy.h"
 
@@ -67,6 +70,26 @@ template <typename... Extra>
 using BuiltInPoliciesAnd =
     typename built_in_internal::ToTypes<typename built_in_internal::Concat<
         BuiltInPolicyList, TypeList<Extra...>>::type>::type;
+
+// The same, as a TypeList, and one policy of such a list by index: a suite
+// too slow to compile in one file is split into one file per policy
+// (tests/policy_contract_test.cc).
+template <typename... Extra>
+using BuiltInPolicyListAnd =
+    typename built_in_internal::Concat<BuiltInPolicyList,
+                                       TypeList<Extra...>>::type;
+
+template <typename List>
+inline constexpr size_t kSizeOf = 0;
+template <typename... Ts>
+inline constexpr size_t kSizeOf<TypeList<Ts...>> = sizeof...(Ts);
+
+template <size_t I, typename List>
+struct NthOf;
+template <size_t I, typename... Ts>
+struct NthOf<I, TypeList<Ts...>> {
+  using type = std::tuple_element_t<I, std::tuple<Ts...>>;
+};
 
 // Those that load a key once however many callers want it.
 using CoalescingPolicies = ::testing::Types<SingleFlight, XFetch, SoftTtl>;
