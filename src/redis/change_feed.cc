@@ -122,6 +122,21 @@ class ChangeFeed::Loop {
   void DeliverPosted();
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
 
+  // Run()'s phases, apart so that each reads alone.
+  // Waits the backoff, then opens a new subscription. Returns false when
+  // stopping.
+  bool Reconnect();
+  // One poll of a live subscription: buffered replies, posted
+  // invalidations, new replies, then the ping. Returns false when stopping.
+  bool PollOnce();
+  // Handles every reply hiredis holds already, until stopping (a callback
+  // may have destroyed the feed); false if the connection is unusable.
+  bool HandleBuffered();
+  // Drops the connection; counted, and the log told so.
+  void Lose();
+  // Pings when due; a ping unanswered past its deadline is a loss.
+  void CheckHealth();
+
   const ChangeFeedConfig config_;
   const std::shared_ptr<ChangeLog> log_;
   const std::shared_ptr<SubscriberHub> hub_;
@@ -150,6 +165,11 @@ class ChangeFeed::Loop {
   // Set by Start(), then used by the thread only.
   std::unique_ptr<RedisConnection> connection_;
   uint64_t jitter_state_ = 0;  // SplitMix64 state of the reconnect jitter.
+
+  // Used by the thread only.
+  absl::Duration backoff_ = kFirstBackoff;
+  absl::Time next_ping_;
+  std::optional<absl::Time> pong_due_;  // Set while a ping is unanswered.
 };
 
 ChangeFeed::ChangeFeed(ChangeFeedConfig config, std::shared_ptr<ChangeLog> log,
@@ -355,104 +375,109 @@ bool ChangeFeed::Loop::Handle(const redisReply& reply, bool* pong) {
 }
 
 void ChangeFeed::Loop::Run() {
-  absl::Duration backoff = kFirstBackoff;
-  absl::Time next_ping = MonotonicNow() + config_.health_check_interval;
-  std::optional<absl::Time> pong_due;  // Set while a ping is unanswered.
-
-  const auto lose = [&] {
-    connection_.reset();
-    pong_due.reset();
-    losses_.fetch_add(1, std::memory_order_relaxed);
-    log_->SetConnected(false);
-  };
-  // Handles every reply hiredis holds already, until stopping (a callback
-  // may have destroyed the feed); false if the connection is unusable.
-  const auto handle_buffered = [&] {
-    for (;;) {
-      absl::StatusOr<RedisReplyPtr> reply = connection_->NextReply();
-      if (!reply.ok()) return false;
-      if (*reply == nullptr) return true;  // Nothing more buffered.
-      bool pong = false;
-      if (!Handle(**reply, &pong)) return false;
-      if (stopping()) return true;
-      if (pong) {
-        pong_due.reset();
-        next_ping = MonotonicNow() + config_.health_check_interval;
-        backoff = kFirstBackoff;  // This connection has proved itself.
-      }
-    }
-  };
-
+  next_ping_ = MonotonicNow() + config_.health_check_interval;
   while (!stopping()) {
-    if (connection_ == nullptr) {
-      if (!Sleep(JitteredBackoff(backoff, SplitMixNext(&jitter_state_)))) {
-        break;
-      }
-      absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
-          OpenSubscribed();
-      if (!connection.ok()) {
-        backoff = std::min(backoff * 2, kMaxBackoff);
-        continue;
-      }
-      connection_ = *std::move(connection);
-      // Reset by the first pong, not here: a connection dropped as soon as
-      // it subscribes (a proxy, a server refusing us) must not make this
-      // thread reconnect, and every cache drop its entries, every 20 ms.
-      backoff = std::min(backoff * 2, kMaxBackoff);
-      next_ping = MonotonicNow() + config_.health_check_interval;
-      log_->SetConnected(true);
-      // Whatever was published while we were away is lost.
-      hub_->DeliverMissed();
-      continue;
-    }
-
-    // poll() sees only the socket: what one read took in beyond the reply
-    // it was for (the SUBSCRIBE confirmation's, say) is handled first.
-    if (!handle_buffered()) {
-      lose();
-      continue;
-    }
-    if (stopping()) break;
-    const absl::Time wake_at = pong_due.value_or(next_ping);
-    pollfd fds[2] = {
-        {.fd = connection_->fd(), .events = POLLIN, .revents = 0},
-        {.fd = wake_fd_, .events = POLLIN, .revents = 0},
-    };
-    const int ready = poll(fds, 2, PollMillis(wake_at - MonotonicNow()));
-    if (ready < 0 && errno != EINTR) {
-      lose();
-      continue;
-    }
-    if (fds[1].revents != 0) {
-      DrainWakeFd();
-      DeliverPosted();
-    }
-    if (stopping()) break;
-
-    if (fds[0].revents != 0 &&
-        (!connection_->ReadAvailable().ok() || !handle_buffered())) {
-      lose();
-      continue;
-    }
-    if (stopping()) break;
-
-    const absl::Time now = MonotonicNow();
-    if (pong_due.has_value() && now >= *pong_due) {
-      // Late by this thread's own doing (a slow subscriber held it) if
-      // anything is waiting on the socket: the pong may be there, read it
-      // first. Only a silent socket past the deadline is a loss.
-      if (Readable(connection_->fd())) continue;
-      lose();  // Redis stopped answering (hung, paused, or a dead link).
-    } else if (!pong_due.has_value() && now >= next_ping) {
-      const std::string_view ping[] = {"PING"};
-      if (!connection_->Write(ping, now + config_.io_timeout).ok()) {
-        lose();
-      } else {
-        pong_due = now + config_.health_check_interval;
-      }
-    }
+    const bool go_on = connection_ == nullptr ? Reconnect() : PollOnce();
+    if (!go_on) break;
   }
   connection_.reset();
+}
+
+void ChangeFeed::Loop::Lose() {
+  connection_.reset();
+  pong_due_.reset();
+  losses_.fetch_add(1, std::memory_order_relaxed);
+  log_->SetConnected(false);
+}
+
+bool ChangeFeed::Loop::HandleBuffered() {
+  for (;;) {
+    absl::StatusOr<RedisReplyPtr> reply = connection_->NextReply();
+    if (!reply.ok()) return false;
+    if (*reply == nullptr) return true;  // Nothing more buffered.
+    bool pong = false;
+    if (!Handle(**reply, &pong)) return false;
+    if (stopping()) return true;
+    if (pong) {
+      pong_due_.reset();
+      next_ping_ = MonotonicNow() + config_.health_check_interval;
+      backoff_ = kFirstBackoff;  // This connection has proved itself.
+    }
+  }
+}
+
+bool ChangeFeed::Loop::Reconnect() {
+  if (!Sleep(JitteredBackoff(backoff_, SplitMixNext(&jitter_state_)))) {
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      OpenSubscribed();
+  if (!connection.ok()) {
+    backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+    return true;
+  }
+  connection_ = *std::move(connection);
+  // Reset by the first pong, not here: a connection dropped as soon as
+  // it subscribes (a proxy, a server refusing us) must not make this
+  // thread reconnect, and every cache drop its entries, every 20 ms.
+  backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+  next_ping_ = MonotonicNow() + config_.health_check_interval;
+  log_->SetConnected(true);
+  // Whatever was published while we were away is lost.
+  hub_->DeliverMissed();
+  return true;
+}
+
+bool ChangeFeed::Loop::PollOnce() {
+  // poll() sees only the socket: what one read took in beyond the reply
+  // it was for (the SUBSCRIBE confirmation's, say) is handled first.
+  if (!HandleBuffered()) {
+    Lose();
+    return true;
+  }
+  if (stopping()) return false;
+  const absl::Time wake_at = pong_due_.value_or(next_ping_);
+  pollfd fds[2] = {
+      {.fd = connection_->fd(), .events = POLLIN, .revents = 0},
+      {.fd = wake_fd_, .events = POLLIN, .revents = 0},
+  };
+  const int ready = poll(fds, 2, PollMillis(wake_at - MonotonicNow()));
+  if (ready < 0 && errno != EINTR) {
+    Lose();
+    return true;
+  }
+  if (fds[1].revents != 0) {
+    DrainWakeFd();
+    DeliverPosted();
+  }
+  if (stopping()) return false;
+
+  if (fds[0].revents != 0 &&
+      (!connection_->ReadAvailable().ok() || !HandleBuffered())) {
+    Lose();
+    return true;
+  }
+  if (stopping()) return false;
+  CheckHealth();
+  return true;
+}
+
+void ChangeFeed::Loop::CheckHealth() {
+  const absl::Time now = MonotonicNow();
+  if (pong_due_.has_value() && now >= *pong_due_) {
+    // Late by this thread's own doing (a slow subscriber held it) if
+    // anything is waiting on the socket: the pong may be there, read it
+    // first. Only a silent socket past the deadline is a loss.
+    if (Readable(connection_->fd())) return;
+    Lose();  // Redis stopped answering (hung, paused, or a dead link).
+  } else if (!pong_due_.has_value() && now >= next_ping_) {
+    const std::string_view ping[] = {"PING"};
+    if (!connection_->Write(ping, now + config_.io_timeout).ok()) {
+      Lose();
+    } else {
+      pong_due_ = now + config_.health_check_interval;
+    }
+  }
 }
 
 }  // namespace paddock::internal

@@ -104,6 +104,62 @@ absl::StatusOr<RedisReplyPtr> RedisClient::EvalOn(
   return connection.Command(argv, deadline);
 }
 
+absl::StatusOr<std::unique_ptr<RedisConnection>> RedisClient::AcquireFor(
+    CircuitBreaker::Ticket ticket, absl::Time deadline) {
+  bool connect_failed = false;
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      pool_.Acquire(deadline, &connect_failed);
+  if (!connection.ok()) {
+    if (connect_failed) {
+      counters_.failures.fetch_add(1, std::memory_order_relaxed);
+      if (absl::IsDeadlineExceeded(connection.status())) {
+        counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    breaker_.Report(ticket, connect_failed ? CircuitBreaker::Outcome::kFailure
+                                           : CircuitBreaker::Outcome::kNeutral);
+  }
+  return connection;
+}
+
+absl::StatusOr<RedisReplyPtr> RedisClient::Settle(
+    CircuitBreaker::Ticket ticket, std::unique_ptr<RedisConnection> connection,
+    absl::StatusOr<RedisReplyPtr> reply, bool* maybe_ran) {
+  CircuitBreaker::Outcome outcome = CircuitBreaker::Outcome::kSuccess;
+  // Set for a reply from a demoted primary: every pooled connection
+  // reaches it, so all are closed and the next calls connect anew.
+  bool wrong_server = false;
+  if (connection->broken()) {
+    outcome = CircuitBreaker::Outcome::kFailure;
+  } else if (!reply.ok()) {
+    // Ended before a round trip (the deadline passed in the pool) or on a
+    // reply it could not use: the server is not to blame.
+    outcome = CircuitBreaker::Outcome::kNeutral;
+  } else if ((*reply)->type == REDIS_REPLY_ERROR) {
+    if (IsServerUnhealthyReply(**reply)) {
+      outcome = CircuitBreaker::Outcome::kFailure;
+    }
+    wrong_server = IsWrongServerReply(**reply);
+    reply = RedisErrorReply(config_.address, **reply);
+  }
+  const bool transport_failed = connection->broken();
+  if (maybe_ran != nullptr) *maybe_ran = transport_failed && !reply.ok();
+  // A server that lost the connection (a restart) lost the others too; one
+  // that answered too slowly did not: its other connections stay pooled.
+  const bool lost_server =
+      transport_failed && !absl::IsDeadlineExceeded(reply.status());
+  pool_.Return(std::move(connection));
+  if (outcome == CircuitBreaker::Outcome::kFailure) {
+    counters_.failures.fetch_add(1, std::memory_order_relaxed);
+    if (!reply.ok() && absl::IsDeadlineExceeded(reply.status())) {
+      counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (lost_server || wrong_server) pool_.Flush();
+  breaker_.Report(ticket, outcome);
+  return reply;
+}
+
 template <typename Run>
 absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
                                                 absl::Time deadline,
@@ -118,20 +174,9 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
         absl::FormatDuration(config_.breaker_cooldown), ")"));
   }
   deadline = std::min(deadline, MonotonicNow() + config_.io_timeout);
-  bool connect_failed = false;
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
-      pool_.Acquire(deadline, &connect_failed);
-  if (!connection.ok()) {
-    if (connect_failed) {
-      counters_.failures.fetch_add(1, std::memory_order_relaxed);
-      if (absl::IsDeadlineExceeded(connection.status())) {
-        counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-    breaker_.Report(ticket, connect_failed ? CircuitBreaker::Outcome::kFailure
-                                           : CircuitBreaker::Outcome::kNeutral);
-    return connection.status();
-  }
+      AcquireFor(ticket, deadline);
+  if (!connection.ok()) return connection.status();
   counters_.calls.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<RedisReplyPtr> reply = absl::UnknownError("not run");
   try {
@@ -144,40 +189,7 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
     breaker_.Report(ticket, CircuitBreaker::Outcome::kNeutral);
     throw;
   }
-
-  CircuitBreaker::Outcome outcome = CircuitBreaker::Outcome::kSuccess;
-  // Set for a reply from a demoted primary: every pooled connection
-  // reaches it, so all are closed and the next calls connect anew.
-  bool wrong_server = false;
-  if ((*connection)->broken()) {
-    outcome = CircuitBreaker::Outcome::kFailure;
-  } else if (!reply.ok()) {
-    // Ended before a round trip (the deadline passed in the pool) or on a
-    // reply it could not use: the server is not to blame.
-    outcome = CircuitBreaker::Outcome::kNeutral;
-  } else if ((*reply)->type == REDIS_REPLY_ERROR) {
-    if (IsServerUnhealthyReply(**reply)) {
-      outcome = CircuitBreaker::Outcome::kFailure;
-    }
-    wrong_server = IsWrongServerReply(**reply);
-    reply = RedisErrorReply(config_.address, **reply);
-  }
-  const bool transport_failed = (*connection)->broken();
-  if (maybe_ran != nullptr) *maybe_ran = transport_failed && !reply.ok();
-  // A server that lost the connection (a restart) lost the others too; one
-  // that answered too slowly did not: its other connections stay pooled.
-  const bool lost_server =
-      transport_failed && !absl::IsDeadlineExceeded(reply.status());
-  pool_.Return(*std::move(connection));
-  if (outcome == CircuitBreaker::Outcome::kFailure) {
-    counters_.failures.fetch_add(1, std::memory_order_relaxed);
-    if (!reply.ok() && absl::IsDeadlineExceeded(reply.status())) {
-      counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  if (lost_server || wrong_server) pool_.Flush();
-  breaker_.Report(ticket, outcome);
-  return reply;
+  return Settle(ticket, *std::move(connection), std::move(reply), maybe_ran);
 }
 
 absl::StatusOr<RedisReplyPtr> RedisClient::Eval(

@@ -92,6 +92,19 @@ class RedisClient {
   template <typename Run>
   absl::StatusOr<RedisReplyPtr> Call(const Run& run, absl::Time deadline,
                                      bool* maybe_ran = nullptr);
+  // Call()'s first step: a pooled connection by `deadline`. A failure is
+  // reported on `ticket` here: a failed connect is the server's fault, a
+  // pool that stayed busy is not.
+  absl::StatusOr<std::unique_ptr<RedisConnection>> AcquireFor(
+      CircuitBreaker::Ticket ticket, absl::Time deadline);
+  // Call()'s last step: judges `reply` for the breaker and the counters,
+  // gives `connection` back (flushing the pool if the server was lost or is
+  // the wrong one), reports `ticket`, and returns the reply with a Redis
+  // error made a status.
+  absl::StatusOr<RedisReplyPtr> Settle(
+      CircuitBreaker::Ticket ticket,
+      std::unique_ptr<RedisConnection> connection,
+      absl::StatusOr<RedisReplyPtr> reply, bool* maybe_ran);
 
   // EVALSHA on `connection`, with SCRIPT LOAD and one retry after NOSCRIPT.
   absl::StatusOr<RedisReplyPtr> EvalOn(RedisConnection& connection,

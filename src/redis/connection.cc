@@ -154,6 +154,75 @@ class Descriptor {
   int fd_;
 };
 
+// Sockets are made non-blocking, for ConnectBy's deadline, and
+// close-on-exec as they are created (see ConnectSocket).
+constexpr int kSocketFlags = SOCK_NONBLOCK | SOCK_CLOEXEC;
+
+// ConnectSocket's connect to a unix socket; the socket is left non-blocking
+// for ConnectSocket to change, as over TCP.
+absl::StatusOr<int> ConnectUnix(const RedisAddress& address,
+                                absl::Duration timeout, absl::Time deadline) {
+  sockaddr_un unix_address = {};
+  unix_address.sun_family = AF_UNIX;
+  if (address.unix_path.size() >= sizeof(unix_address.sun_path)) {
+    return absl::UnavailableError(absl::StrCat(
+        Prefix(address.text), "cannot connect: the socket's path is over ",
+        sizeof(unix_address.sun_path) - 1, " bytes"));
+  }
+  address.unix_path.copy(unix_address.sun_path,
+                         sizeof(unix_address.sun_path) - 1);
+  Descriptor fd(socket(AF_UNIX, SOCK_STREAM | kSocketFlags, 0));
+  if (fd.get() == -1) return ConnectFailure(address, timeout, errno);
+  const int error =
+      ConnectBy(fd.get(), reinterpret_cast<const sockaddr*>(&unix_address),
+                sizeof(unix_address), deadline);
+  if (error != 0) return ConnectFailure(address, timeout, error);
+  return fd.release();
+}
+
+// ConnectSocket's connect over TCP, to each resolved address in turn; the
+// socket is left non-blocking for ConnectSocket to change.
+absl::StatusOr<int> ConnectTcp(const RedisAddress& address,
+                               absl::Duration timeout, absl::Time deadline) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(address.port);
+  if (const int rc =
+          getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat(Prefix(address.text), "cannot connect: ",
+                     rc == EAI_SYSTEM ? std::generic_category().message(errno)
+                                      : std::string(gai_strerror(rc))));
+  }
+  // Each address in turn, as hiredis does, until one connects or the
+  // time is up.
+  int connected = -1;
+  int error = ECONNREFUSED;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    Descriptor fd(
+        socket(a->ai_family, a->ai_socktype | kSocketFlags, a->ai_protocol));
+    if (fd.get() == -1) {
+      error = errno;
+      continue;
+    }
+    error = ConnectBy(fd.get(), a->ai_addr, a->ai_addrlen, deadline);
+    if (error == 0) {
+      connected = fd.release();
+      break;
+    }
+    if (error == ETIMEDOUT) break;
+  }
+  freeaddrinfo(found);
+  if (connected == -1) return ConnectFailure(address, timeout, error);
+  // Commands are small and answered one by one: no Nagle delay.
+  const int one = 1;
+  (void)setsockopt(connected, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return connected;
+}
+
 // A socket connected to `address` within `timeout`, blocking, with
 // close-on-exec set as it is created. hiredis 0.14 makes its sockets
 // without it; set afterwards, a fork() and exec() on another thread in
@@ -162,68 +231,16 @@ class Descriptor {
 absl::StatusOr<int> ConnectSocket(const RedisAddress& address,
                                   absl::Duration timeout) {
   const absl::Time deadline = MonotonicNow() + timeout;
-  constexpr int kFlags = SOCK_NONBLOCK | SOCK_CLOEXEC;
-  int connected = -1;
-  if (address.is_unix()) {
-    sockaddr_un unix_address = {};
-    unix_address.sun_family = AF_UNIX;
-    if (address.unix_path.size() >= sizeof(unix_address.sun_path)) {
-      return absl::UnavailableError(absl::StrCat(
-          Prefix(address.text), "cannot connect: the socket's path is over ",
-          sizeof(unix_address.sun_path) - 1, " bytes"));
-    }
-    address.unix_path.copy(unix_address.sun_path,
-                           sizeof(unix_address.sun_path) - 1);
-    Descriptor fd(socket(AF_UNIX, SOCK_STREAM | kFlags, 0));
-    if (fd.get() == -1) return ConnectFailure(address, timeout, errno);
-    const int error =
-        ConnectBy(fd.get(), reinterpret_cast<const sockaddr*>(&unix_address),
-                  sizeof(unix_address), deadline);
-    if (error != 0) return ConnectFailure(address, timeout, error);
-    connected = fd.release();
-  } else {
-    addrinfo hints = {};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const std::string port = std::to_string(address.port);
-    if (const int rc =
-            getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found);
-        rc != 0) {
-      return absl::UnavailableError(
-          absl::StrCat(Prefix(address.text), "cannot connect: ",
-                       rc == EAI_SYSTEM ? std::generic_category().message(errno)
-                                        : std::string(gai_strerror(rc))));
-    }
-    // Each address in turn, as hiredis does, until one connects or the
-    // time is up.
-    int error = ECONNREFUSED;
-    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-      Descriptor fd(
-          socket(a->ai_family, a->ai_socktype | kFlags, a->ai_protocol));
-      if (fd.get() == -1) {
-        error = errno;
-        continue;
-      }
-      error = ConnectBy(fd.get(), a->ai_addr, a->ai_addrlen, deadline);
-      if (error == 0) {
-        connected = fd.release();
-        break;
-      }
-      if (error == ETIMEDOUT) break;
-    }
-    freeaddrinfo(found);
-    if (connected == -1) return ConnectFailure(address, timeout, error);
-    // Commands are small and answered one by one: no Nagle delay.
-    const int one = 1;
-    (void)setsockopt(connected, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
+  const absl::StatusOr<int> connected =
+      address.is_unix() ? ConnectUnix(address, timeout, deadline)
+                        : ConnectTcp(address, timeout, deadline);
+  if (!connected.ok()) return connected;
   // hiredis's blocking API expects a blocking socket (SO_RCVTIMEO bounds
   // each call).
-  const int flags = fcntl(connected, F_GETFL);
-  if (flags == -1 || fcntl(connected, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+  const int flags = fcntl(*connected, F_GETFL);
+  if (flags == -1 || fcntl(*connected, F_SETFL, flags & ~O_NONBLOCK) == -1) {
     const int error = errno;
-    close(connected);
+    close(*connected);
     return absl::UnavailableError(
         absl::StrCat(Prefix(address.text), "cannot make its socket blocking: ",
                      std::generic_category().message(error)));

@@ -116,80 +116,81 @@ uint64_t LeaseKeeper::extensions() const {
 }
 
 void LeaseKeeper::Run() {
-  struct Due {
-    std::string token;
-    std::string key;
-    absl::Duration period;
-    absl::Time sent;
-  };
   mu_.Lock();
   while (!stopping_) {
     // Collect what is due; sleep until the next one otherwise.
     absl::Time wake = RunReleases(MonotonicNow());
     if (stopping_) break;
     const absl::Time now = MonotonicNow();
-    std::vector<Due> due;
-    for (auto it = held_.begin(); it != held_.end();) {
-      Held& held = it->second;
-      if (held.hold_until <= now) {
-        // Held as long as asked: let it lapse.
-        held_.erase(it++);
-        continue;
-      }
-      if (held.next_extend <= now && held.covered_until >= held.hold_until) {
-        held.next_extend = held.hold_until;  // It lasts that long already.
-      } else if (held.next_extend <= now) {
-        // Up to hold_until, at most a period ahead, and never earlier than
-        // the lease may expire already.
-        const absl::Duration period = std::max(
-            std::min(lease_for_, held.hold_until - now), held.expires_by - now);
-        due.push_back(Due{.token = it->first,
-                          .key = held.key,
-                          .period = period,
-                          .sent = now});
-        held.next_extend = now + lease_for_ / 2;
-      }
-      wake = std::min(wake, held.next_extend);
-      ++it;
-    }
+    std::vector<Due> due = CollectDue(now, &wake);
     if (due.empty()) {
       changed_.WaitWithTimeout(&mu_, wake - now);
       continue;
     }
-
-    // Extend without the lock: Hold and Forget go on meanwhile.
-    struct Result {
-      const Due* due;
-      absl::StatusOr<bool> extended;
-      absl::Time answered;
-    };
-    std::vector<Result> results;
-    results.reserve(due.size());
-    mu_.Unlock();
-    for (const Due& d : due) {
-      absl::StatusOr<bool> extended = extend_(d.key, d.token, d.period);
-      results.push_back({&d, std::move(extended), MonotonicNow()});
-    }
-    mu_.Lock();
-    for (Result& r : results) {
-      auto it = held_.find(r.due->token);
-      if (it == held_.end()) continue;  // Forgotten meanwhile.
-      Held& held = it->second;
-      if (!r.extended.ok()) {
-        // Redis did not answer: try again soon, the lease may still be ours.
-        // Whether it was extended is unknown: it may expire as late as that.
-        held.expires_by = std::max(held.expires_by, r.answered + r.due->period);
-        held.next_extend = MonotonicNow() + lease_for_ / 8;
-      } else if (*r.extended) {
-        ++extensions_;
-        held.expires_by = r.answered + r.due->period;
-        held.covered_until = r.due->sent + r.due->period;
-      } else {
-        held_.erase(it);  // Lost: nothing left to keep.
-      }
-    }
+    ExtendDue(due);
   }
   mu_.Unlock();
+}
+
+std::vector<LeaseKeeper::Due> LeaseKeeper::CollectDue(absl::Time now,
+                                                      absl::Time* wake) {
+  std::vector<Due> due;
+  for (auto it = held_.begin(); it != held_.end();) {
+    Held& held = it->second;
+    if (held.hold_until <= now) {
+      // Held as long as asked: let it lapse.
+      held_.erase(it++);
+      continue;
+    }
+    if (held.next_extend <= now && held.covered_until >= held.hold_until) {
+      held.next_extend = held.hold_until;  // It lasts that long already.
+    } else if (held.next_extend <= now) {
+      // Up to hold_until, at most a period ahead, and never earlier than
+      // the lease may expire already.
+      const absl::Duration period = std::max(
+          std::min(lease_for_, held.hold_until - now), held.expires_by - now);
+      due.push_back(Due{
+          .token = it->first, .key = held.key, .period = period, .sent = now});
+      held.next_extend = now + lease_for_ / 2;
+    }
+    *wake = std::min(*wake, held.next_extend);
+    ++it;
+  }
+  return due;
+}
+
+void LeaseKeeper::ExtendDue(const std::vector<Due>& due) {
+  // Extend without the lock: Hold and Forget go on meanwhile.
+  struct Result {
+    const Due* due;
+    absl::StatusOr<bool> extended;
+    absl::Time answered;
+  };
+  std::vector<Result> results;
+  results.reserve(due.size());
+  mu_.Unlock();
+  for (const Due& d : due) {
+    absl::StatusOr<bool> extended = extend_(d.key, d.token, d.period);
+    results.push_back({&d, std::move(extended), MonotonicNow()});
+  }
+  mu_.Lock();
+  for (Result& r : results) {
+    auto it = held_.find(r.due->token);
+    if (it == held_.end()) continue;  // Forgotten meanwhile.
+    Held& held = it->second;
+    if (!r.extended.ok()) {
+      // Redis did not answer: try again soon, the lease may still be ours.
+      // Whether it was extended is unknown: it may expire as late as that.
+      held.expires_by = std::max(held.expires_by, r.answered + r.due->period);
+      held.next_extend = MonotonicNow() + lease_for_ / 8;
+    } else if (*r.extended) {
+      ++extensions_;
+      held.expires_by = r.answered + r.due->period;
+      held.covered_until = r.due->sent + r.due->period;
+    } else {
+      held_.erase(it);  // Lost: nothing left to keep.
+    }
+  }
 }
 
 }  // namespace paddock::internal

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -103,10 +104,26 @@ class LeaseKeeper {
     int not_held = 0;  // Answers that the token did not hold the lease.
   };
 
+  // A lease to extend, copied out of held_: extend_ runs without the lock.
+  struct Due {
+    std::string token;
+    std::string key;
+    absl::Duration period;
+    absl::Time sent;
+  };
+
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Tries the releases that are due, without the lock; returns when the
   // next one is.
   absl::Time RunReleases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the leases due for extension at `now`, drops those held as long
+  // as asked, and lowers `*wake` to the next extension.
+  std::vector<Due> CollectDue(absl::Time now, absl::Time* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Extends `due` without the lock (Hold and Forget go on meanwhile), then
+  // records the answers under it.
+  void ExtendDue(const std::vector<Due>& due)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration lease_for_;
   Extend extend_;    // Called on the thread only.

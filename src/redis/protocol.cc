@@ -63,6 +63,61 @@ std::optional<absl::Duration> Micros(const redisReply* r) {
   return MicrosToDuration(*micros);
 }
 
+// The lookup reply's lease fields, checked already: `lease` is 0, 1 or 2,
+// `holder` a string.
+void SetLease(int64_t lease, int64_t remaining_ms, const redisReply* holder,
+              ParsedLookup* parsed) {
+  switch (lease) {
+    case 0:
+      parsed->lookup.lease = SharedLookup::Lease::kNotNeeded;
+      break;
+    case 1:
+      parsed->lookup.lease = SharedLookup::Lease::kGranted;
+      break;
+    default:
+      parsed->lookup.lease = SharedLookup::Lease::kHeldElsewhere;
+      parsed->lookup.lease_remaining =
+          absl::Milliseconds(remaining_ms < 0 ? 0 : remaining_ms);
+      parsed->holder = std::string(View(holder));
+      break;
+  }
+}
+
+// The record fields of the lookup reply's elements `e`, e[4] to e[12].
+absl::StatusOr<SharedRecord> ParseRecord(redisReply* const* e) {
+  SharedRecord record;
+  const std::optional<absl::Duration> age = Micros(e[5]);
+  const std::optional<absl::Duration> fresh_for = Micros(e[6]);
+  const std::optional<absl::Duration> keep_for = Micros(e[7]);
+  const std::optional<absl::Duration> serve_on_error_for = Micros(e[8]);
+  const std::optional<absl::Duration> load_duration = Micros(e[9]);
+  if (!IsString(e[4]) || !age || !fresh_for || !keep_for ||
+      !serve_on_error_for || !load_duration) {
+    return BadReply("lookup: bad record fields");
+  }
+  record.version = std::string(View(e[4]));
+  record.age = *age;
+  record.fresh_for = *fresh_for;
+  record.keep_for = *keep_for;
+  record.serve_on_error_for = *serve_on_error_for;
+  record.load_duration = *load_duration;
+  if (IsString(e[10]) && IsNil(e[11]) && IsNil(e[12])) {
+    record.value = std::string(View(e[10]));
+  } else if (IsNil(e[10]) && IsString(e[12])) {
+    const std::optional<int64_t> code = Integer(e[11]);
+    if (!code.has_value() || *code < 1 || *code > 16) {
+      return BadReply("lookup: bad error code");
+    }
+    const std::string_view message = View(e[12]);
+    record.value =
+        absl::Status(static_cast<absl::StatusCode>(*code),
+                     absl::string_view(message.data(), message.size()));
+  } else {
+    return BadReply("lookup: neither a value nor an error");
+  }
+  return record;
+}
+
 }  // namespace
 
 std::string EscapeKey(std::string_view key) {
@@ -226,58 +281,16 @@ absl::StatusOr<ParsedLookup> ParseLookupReply(const redisReply& reply) {
     return parsed;
   }
   parsed.bad_record = *bad != 0;
-  switch (*lease) {
-    case 0:
-      parsed.lookup.lease = SharedLookup::Lease::kNotNeeded;
-      break;
-    case 1:
-      parsed.lookup.lease = SharedLookup::Lease::kGranted;
-      break;
-    default:
-      parsed.lookup.lease = SharedLookup::Lease::kHeldElsewhere;
-      parsed.lookup.lease_remaining =
-          absl::Milliseconds(*remaining_ms < 0 ? 0 : *remaining_ms);
-      parsed.holder = std::string(View(e[2]));
-      break;
-  }
+  SetLease(*lease, *remaining_ms, e[2], &parsed);
   if (reply.elements == kLookupHead) {
     if (parsed.lookup.lease == SharedLookup::Lease::kNotNeeded) {
       return BadReply("lookup: no lease needed but no record");
     }
     return parsed;
   }
-
-  SharedRecord record;
-  const std::optional<absl::Duration> age = Micros(e[5]);
-  const std::optional<absl::Duration> fresh_for = Micros(e[6]);
-  const std::optional<absl::Duration> keep_for = Micros(e[7]);
-  const std::optional<absl::Duration> serve_on_error_for = Micros(e[8]);
-  const std::optional<absl::Duration> load_duration = Micros(e[9]);
-  if (!IsString(e[4]) || !age || !fresh_for || !keep_for ||
-      !serve_on_error_for || !load_duration) {
-    return BadReply("lookup: bad record fields");
-  }
-  record.version = std::string(View(e[4]));
-  record.age = *age;
-  record.fresh_for = *fresh_for;
-  record.keep_for = *keep_for;
-  record.serve_on_error_for = *serve_on_error_for;
-  record.load_duration = *load_duration;
-  if (IsString(e[10]) && IsNil(e[11]) && IsNil(e[12])) {
-    record.value = std::string(View(e[10]));
-  } else if (IsNil(e[10]) && IsString(e[12])) {
-    const std::optional<int64_t> code = Integer(e[11]);
-    if (!code.has_value() || *code < 1 || *code > 16) {
-      return BadReply("lookup: bad error code");
-    }
-    const std::string_view message = View(e[12]);
-    record.value =
-        absl::Status(static_cast<absl::StatusCode>(*code),
-                     absl::string_view(message.data(), message.size()));
-  } else {
-    return BadReply("lookup: neither a value nor an error");
-  }
-  parsed.lookup.record = std::move(record);
+  absl::StatusOr<SharedRecord> record = ParseRecord(e);
+  if (!record.ok()) return record.status();
+  parsed.lookup.record = *std::move(record);
   return parsed;
 }
 

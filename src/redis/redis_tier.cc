@@ -169,6 +169,46 @@ void ReleaseSoonIfPossible(internal::RedisTierState& s, std::string_view key,
   }
 }
 
+// RedisTier::Lookup's answer from the lookup script's `reply`: counts what
+// the script found wrong and keeps a granted lease alive. Apart from Lookup
+// so that each reads alone; what it throws, Lookup catches.
+absl::StatusOr<SharedLookup> FinishLookup(internal::RedisTierState& s,
+                                          std::string_view key,
+                                          const std::string& token,
+                                          absl::Duration hold_for,
+                                          const redisReply& reply) {
+  absl::StatusOr<internal::ParsedLookup> parsed =
+      internal::ParseLookupReply(reply);
+  if (!parsed.ok()) {
+    s.client->CountBadReply();
+    return parsed.status();
+  }
+  if (parsed->oversized_bytes.has_value()) {
+    // Neither read nor leased over: an error, which a cache takes as a
+    // miss to load here, as it would take a value it cannot decode.
+    s.oversized_records.fetch_add(1, std::memory_order_relaxed);
+    return absl::DataLossError(
+        absl::StrCat("paddock::RedisTier: the record holds a value of ",
+                     *parsed->oversized_bytes, " bytes, over max_value_bytes (",
+                     s.options.max_value_bytes, "); not read"));
+  }
+  if (parsed->bad_record) s.bad_records.fetch_add(1, std::memory_order_relaxed);
+
+  SharedLookup& lookup = parsed->lookup;
+  switch (lookup.lease) {
+    case SharedLookup::Lease::kGranted:
+      lookup.lease_token = token;
+      s.keeper->Hold(std::string(key), token, hold_for);
+      break;
+    case SharedLookup::Lease::kHeldElsewhere:
+      last_lookup.holder = std::move(parsed->holder);
+      break;
+    case SharedLookup::Lease::kNotNeeded:
+      break;
+  }
+  return std::move(lookup);
+}
+
 }  // namespace
 
 absl::Status RedisOptions::Validate() const {
@@ -302,37 +342,7 @@ absl::StatusOr<SharedLookup> RedisTier::Lookup(std::string_view key,
       if (maybe_ran) s.keeper->ReleaseSoon(std::string(key), token);
       return reply.status();
     }
-    absl::StatusOr<internal::ParsedLookup> parsed =
-        internal::ParseLookupReply(**reply);
-    if (!parsed.ok()) {
-      s.client->CountBadReply();
-      return parsed.status();
-    }
-    if (parsed->oversized_bytes.has_value()) {
-      // Neither read nor leased over: an error, which a cache takes as a
-      // miss to load here, as it would take a value it cannot decode.
-      s.oversized_records.fetch_add(1, std::memory_order_relaxed);
-      return absl::DataLossError(absl::StrCat(
-          "paddock::RedisTier: the record holds a value of ",
-          *parsed->oversized_bytes, " bytes, over max_value_bytes (",
-          s.options.max_value_bytes, "); not read"));
-    }
-    if (parsed->bad_record)
-      s.bad_records.fetch_add(1, std::memory_order_relaxed);
-
-    SharedLookup& lookup = parsed->lookup;
-    switch (lookup.lease) {
-      case SharedLookup::Lease::kGranted:
-        lookup.lease_token = token;
-        s.keeper->Hold(std::string(key), token, hold_for);
-        break;
-      case SharedLookup::Lease::kHeldElsewhere:
-        last_lookup.holder = std::move(parsed->holder);
-        break;
-      case SharedLookup::Lease::kNotNeeded:
-        break;
-    }
-    return std::move(lookup);
+    return FinishLookup(s, key, token, hold_for, **reply);
   } catch (...) {
     // Redis may have granted `token` the lease before the exception (the
     // keeper took nothing: Hold is the last step that can throw).
