@@ -1,8 +1,9 @@
-// Regression tests for defects a review of the core found, one scenario each,
-// at the level of the public API: what must never happen under a cache lock,
-// callers that must not wait for a queued task, writes to one key that must
-// not disturb another, and keys that must spread over the shards. The
-// exception-safety cases are in exception_safety_test.cc, the clock, epoch
+// Invariants of the engine that no contract test reaches, one scenario each
+// through the public API, grouped by the stage they guard: shards (nothing
+// runs under their lock), refresh (no wait on a queued task; the entry
+// decided on is the one refreshed), completion (an uncoalesced load stores
+// unless its own key was written) and entries (alignment, spread over
+// shards). Exception safety is in exception_safety_test.cc; the clock, epoch
 // and thread-pool cases beside their headers' tests.
 
 #include <atomic>
@@ -38,7 +39,8 @@ namespace {
 using ::paddock::testing::Counter;
 using ::paddock::testing::Gate;
 
-// -- Nothing runs under a cache lock: value destructors, listeners.
+// == Shards: nothing runs under a shard lock (value and key destructors,
+// listeners).
 
 // Counts destructions of values made while the thread held a paddock mutex.
 std::atomic<int> destroyed_under_lock{0};
@@ -57,9 +59,8 @@ struct Watched {
 
 TEST(CacheRegression, ValuesAreNeverDestroyedUnderTheShardLock) {
   // Puts that grow the table (replacing its slot array), replace values and
-  // evict, with reclamation in between: before the fix, growth retired the
-  // old slot array under the lock, and the retirement could free other
-  // entries there.
+  // evict, with reclamation in between: growth must retire the old slot
+  // array after the lock, since the retirement can free other entries.
   destroyed = destroyed_under_lock = 0;
   {
     Cache<uint64_t, Watched, SingleFlight> cache(
@@ -144,105 +145,6 @@ TEST(CacheRegression, ListenersAreNeverCalledUnderTheShardLock) {
   EXPECT_EQ(listener.under_lock.load(), 0);
 }
 
-// -- A caller never waits for a task queued behind its own.
-
-TEST(CacheRegression, RefreshWhoseLoaderGetsAKeyQueuedBehindItDoesNotWait) {
-  // One executor thread. a's refresh runs on it and its loader calls Get(b);
-  // b's refresh is queued behind a's on that same thread, and b is past what
-  // the policy serves. Before the fix, Get(b) waited for b's queued refresh:
-  // a timeout here (or a deadlock with an unbounded wait_timeout).
-  ManualClock clock;
-  ThreadPool pool(1);
-  Gate a_may_continue;
-  Counter a_refreshing;
-  std::atomic<bool> hold_a{false};
-  std::atomic<int> b_loads{0};
-  absl::StatusOr<std::string> inner = absl::UnknownError("not called");
-  std::unique_ptr<Cache<std::string, std::string, SoftTtl>> cache;
-  cache = std::make_unique<Cache<std::string, std::string, SoftTtl>>(
-      [&](const std::string& k) -> absl::StatusOr<std::string> {
-        if (k == "b") return absl::StrCat("b#", ++b_loads);
-        if (hold_a.load()) {
-          a_refreshing.Increment();
-          a_may_continue.Wait();
-          inner = cache->Get("b");
-        }
-        return k;
-      },
-      Options{.ttl = absl::Seconds(10),
-              .wait_timeout = absl::Seconds(30),
-              .clock = &clock,
-              .executor = &pool,
-              .max_load_age = absl::Hours(1)},
-      SoftTtl{.stale_for = absl::Seconds(30)});
-  ASSERT_TRUE(cache->Get("a").ok());
-  ASSERT_TRUE(cache->Get("b").ok());
-  clock.Advance(absl::Seconds(11));
-  hold_a = true;
-  ASSERT_TRUE(cache->Get("a").ok());  // Queues a's refresh; the pool runs it.
-  ASSERT_TRUE(a_refreshing.WaitFor(1));
-  ASSERT_TRUE(cache->Get("b").ok());  // Queues b's refresh behind a's.
-  clock.Advance(absl::Seconds(30));   // b is now past what SoftTtl serves.
-  const auto started = std::chrono::steady_clock::now();
-  a_may_continue.Open();
-  while (cache->loads_in_flight() != 0) std::this_thread::yield();
-  EXPECT_LT(std::chrono::steady_clock::now() - started,
-            std::chrono::seconds(20));
-  ASSERT_TRUE(inner.ok()) << inner.status();
-  EXPECT_EQ(*inner, "b#2");
-  EXPECT_EQ(b_loads.load(), 2);  // The queued task found it done.
-  cache.reset();
-}
-
-// -- The entry a refresh is decided on is the entry it refreshes.
-
-// XFetch-like: always refreshes past the quiet window; on its first decision
-// it replaces the value with a Put, between the lock-free look that decided
-// to refresh and the registration of that refresh.
-struct PutsWhileDeciding {
-  static constexpr bool kCoalesceLoads = true;
-  std::shared_ptr<std::function<void()>> hook =
-      std::make_shared<std::function<void()>>();
-
-  Lifetime OnStore(absl::Duration ttl, absl::Duration, Random&) const {
-    return {.expires_after = ttl,
-            .quiet_for = ttl / 2,
-            .keep_for = ttl,
-            .serve_on_error_for = ttl};
-  }
-  Decision Decide(const EntryState&, absl::Time, Random&) const {
-    if (*hook) std::exchange(*hook, nullptr)();
-    return Decision::kServeAndRefresh;
-  }
-};
-
-TEST(CacheRegression, ARefreshDecidedOnAReplacedEntryIsNotStarted) {
-  ManualClock clock;
-  ManualExecutor executor;
-  PutsWhileDeciding policy;
-  std::atomic<int> loads{0};
-  Cache<std::string, std::string, PutsWhileDeciding> cache(
-      [&](const std::string& k) -> absl::StatusOr<std::string> {
-        return absl::StrCat(k, "#", ++loads);
-      },
-      Options{.ttl = absl::Seconds(10), .clock = &clock, .executor = &executor},
-      policy);
-  ASSERT_EQ(*cache.Get("k"), "k#1");
-  clock.Advance(absl::Seconds(6));  // Past the quiet window.
-  *policy.hook = [&] {
-    cache.Put("k", "put");
-    // Free the replaced entry if anything allowed it, so that its address
-    // could be reused by the next allocation of that size.
-    internal::TryReclaim();
-    cache.Put("other", "x");
-  };
-  EXPECT_EQ(*cache.Get("k"), "k#1");  // Decided on the old entry.
-  EXPECT_EQ(cache.stats().refreshes, 0u);
-  EXPECT_EQ(executor.RunAll(), 0u);
-  EXPECT_EQ(*cache.GetIfPresent("k"), "put");  // Not overwritten by a load.
-  EXPECT_EQ(loads.load(), 1);
-}
-
 // Counts destructions of keys made while the thread held a paddock mutex.
 std::atomic<int> keys_destroyed_under_lock{0};
 
@@ -308,36 +210,112 @@ TEST(CacheRegression, AnUnneededRefreshDestroysItsKeyAfterTheLock) {
   EXPECT_EQ(executor.RunAll(), 1u);
 }
 
-// -- Over-aligned values are stored at their alignment.
+// == Refresh: a caller never waits for a task queued behind its own, and a
+// refresh refreshes the entry it was decided on.
 
-struct alignas(64) Wide {
-  explicit Wide(uint64_t x = 0) : v(x) {}
-  uint64_t v;
-};
-
-TEST(CacheRegression, OverAlignedKeysAndValuesAreStoredAligned) {
-  Cache<uint64_t, Wide, SingleFlight> cache(
-      [](const uint64_t& k) -> absl::StatusOr<Wide> { return Wide(k); },
-      Options{.max_entries = 1024});
-  for (uint64_t k = 0; k < 256; ++k) {
-    ASSERT_EQ(cache.Get(k)->v, k);
-    cache.Put(k + 1000, Wide(k));
-  }
-  // The entries themselves: every one made at 64 bytes' alignment.
-  using Node = internal::Entry<uint64_t, Wide, internal::EntryLayout::kFixed>;
-  static_assert(Node::kAddressAlignment == 64);
-  for (int i = 0; i < 64; ++i) {
-    auto n = std::make_unique<Node>(0, 0);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(n.get()) % 64, 0u);
-  }
+TEST(CacheRegression, RefreshWhoseLoaderGetsAKeyQueuedBehindItDoesNotWait) {
+  // One executor thread. a's refresh runs on it and its loader calls Get(b);
+  // b's refresh is queued behind a's on that same thread, and b is past what
+  // the policy serves. Get(b) must run b's load itself rather than wait for
+  // the queued refresh: waiting is a timeout here (a deadlock with an
+  // unbounded wait_timeout).
+  ManualClock clock;
+  ThreadPool pool(1);
+  Gate a_may_continue;
+  Counter a_refreshing;
+  std::atomic<bool> hold_a{false};
+  std::atomic<int> b_loads{0};
+  absl::StatusOr<std::string> inner = absl::UnknownError("not called");
+  std::unique_ptr<Cache<std::string, std::string, SoftTtl>> cache;
+  cache = std::make_unique<Cache<std::string, std::string, SoftTtl>>(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        if (k == "b") return absl::StrCat("b#", ++b_loads);
+        if (hold_a.load()) {
+          a_refreshing.Increment();
+          a_may_continue.Wait();
+          inner = cache->Get("b");
+        }
+        return k;
+      },
+      Options{.ttl = absl::Seconds(10),
+              .wait_timeout = absl::Seconds(30),
+              .clock = &clock,
+              .executor = &pool,
+              .max_load_age = absl::Hours(1)},
+      SoftTtl{.stale_for = absl::Seconds(30)});
+  ASSERT_TRUE(cache->Get("a").ok());
+  ASSERT_TRUE(cache->Get("b").ok());
+  clock.Advance(absl::Seconds(11));
+  hold_a = true;
+  ASSERT_TRUE(cache->Get("a").ok());  // Queues a's refresh; the pool runs it.
+  ASSERT_TRUE(a_refreshing.WaitFor(1));
+  ASSERT_TRUE(cache->Get("b").ok());  // Queues b's refresh behind a's.
+  clock.Advance(absl::Seconds(30));   // b is now past what SoftTtl serves.
+  const auto started = std::chrono::steady_clock::now();
+  a_may_continue.Open();
+  while (cache->loads_in_flight() != 0) std::this_thread::yield();
+  EXPECT_LT(std::chrono::steady_clock::now() - started,
+            std::chrono::seconds(20));
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  EXPECT_EQ(*inner, "b#2");
+  EXPECT_EQ(b_loads.load(), 2);  // The queued task found it done.
+  cache.reset();
 }
 
-// -- NaiveJitter: a write to one key does not disturb loads of another.
+// XFetch-like: always refreshes past the quiet window; on its first decision
+// it replaces the value with a Put, between the lock-free look that decided
+// to refresh and the registration of that refresh.
+struct PutsWhileDeciding {
+  static constexpr bool kCoalesceLoads = true;
+  std::shared_ptr<std::function<void()>> hook =
+      std::make_shared<std::function<void()>>();
+
+  Lifetime OnStore(absl::Duration ttl, absl::Duration, Random&) const {
+    return {.expires_after = ttl,
+            .quiet_for = ttl / 2,
+            .keep_for = ttl,
+            .serve_on_error_for = ttl};
+  }
+  Decision Decide(const EntryState&, absl::Time, Random&) const {
+    if (*hook) std::exchange(*hook, nullptr)();
+    return Decision::kServeAndRefresh;
+  }
+};
+
+TEST(CacheRegression, ARefreshDecidedOnAReplacedEntryIsNotStarted) {
+  ManualClock clock;
+  ManualExecutor executor;
+  PutsWhileDeciding policy;
+  std::atomic<int> loads{0};
+  Cache<std::string, std::string, PutsWhileDeciding> cache(
+      [&](const std::string& k) -> absl::StatusOr<std::string> {
+        return absl::StrCat(k, "#", ++loads);
+      },
+      Options{.ttl = absl::Seconds(10), .clock = &clock, .executor = &executor},
+      policy);
+  ASSERT_EQ(*cache.Get("k"), "k#1");
+  clock.Advance(absl::Seconds(6));  // Past the quiet window.
+  *policy.hook = [&] {
+    cache.Put("k", "put");
+    // Free the replaced entry if anything allowed it, so that its address
+    // could be reused by the next allocation of that size.
+    internal::TryReclaim();
+    cache.Put("other", "x");
+  };
+  EXPECT_EQ(*cache.Get("k"), "k#1");  // Decided on the old entry.
+  EXPECT_EQ(cache.stats().refreshes, 0u);
+  EXPECT_EQ(executor.RunAll(), 0u);
+  EXPECT_EQ(*cache.GetIfPresent("k"), "put");  // Not overwritten by a load.
+  EXPECT_EQ(loads.load(), 1);
+}
+
+// == Completion: uncoalesced loads (NaiveJitter) store unless their own key
+// was written meanwhile.
 
 TEST(CacheRegression, UncoalescedLoadsStoreDespiteWritesToOtherKeys) {
-  // Before the fix, the "was this key written meanwhile" check counted
-  // writes per shard: a Put of another key made every concurrent load drop
-  // its result.
+  // "Was this key written meanwhile" is asked of the key, not of its
+  // shard: a Put of another key must not make a concurrent load drop its
+  // result.
   Gate release;
   Counter loading;
   Cache<std::string, std::string, NaiveJitter> cache(
@@ -468,11 +446,34 @@ TEST_F(UncoalescedCoRunners, AWriteSupersedesBoth) {
   EXPECT_EQ(cache_.GetIfPresent("k"), "put");  // but neither replaces the Put.
 }
 
-// -- Any Hash spreads keys over every shard.
+// == Entries and shards: over-aligned values are stored at their alignment,
+// and any Hash spreads keys over every shard.
+
+struct alignas(64) Wide {
+  explicit Wide(uint64_t x = 0) : v(x) {}
+  uint64_t v;
+};
+
+TEST(CacheRegression, OverAlignedKeysAndValuesAreStoredAligned) {
+  Cache<uint64_t, Wide, SingleFlight> cache(
+      [](const uint64_t& k) -> absl::StatusOr<Wide> { return Wide(k); },
+      Options{.max_entries = 1024});
+  for (uint64_t k = 0; k < 256; ++k) {
+    ASSERT_EQ(cache.Get(k)->v, k);
+    cache.Put(k + 1000, Wide(k));
+  }
+  // The entries themselves: every one made at 64 bytes' alignment.
+  using Node = internal::Entry<uint64_t, Wide, internal::EntryLayout::kFixed>;
+  static_assert(Node::kAddressAlignment == 64);
+  for (int i = 0; i < 64; ++i) {
+    auto n = std::make_unique<Node>(0, 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(n.get()) % 64, 0u);
+  }
+}
 
 TEST(CacheRegression, IdentityHashedIntegerKeysSpreadOverTheShards) {
-  // libstdc++'s std::hash<int> is the identity: before the fix every key
-  // below 2^32 landed in shard 0, which holds 1/16 of max_entries (128).
+  // libstdc++'s std::hash<int> is the identity: unmixed, every key below
+  // 2^32 would land in shard 0, which holds 1/16 of max_entries (128).
   Cache<int, int, SingleFlight, std::hash<int>> cache(
       [](const int& k) -> absl::StatusOr<int> { return k; },
       Options{.max_entries = 2048, .shards = 16});

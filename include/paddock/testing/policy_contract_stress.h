@@ -91,6 +91,196 @@ inline StressLoad StressLoadOf(uint64_t call) {
   return StressLoad::kValue;
 }
 
+// Waits up to `kQuiesce` for the refreshes still queued or running on
+// `cache` to finish; true if none is left.
+template <typename C>
+bool QuiesceLoads(const C& cache) {
+  const auto quiet_by = std::chrono::steady_clock::now() + kQuiesce;
+  while (cache.loads_in_flight() != 0 &&
+         std::chrono::steady_clock::now() < quiet_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return cache.loads_in_flight() == 0;
+}
+
+// Runs `work(t)` on `threads` threads for `run_time` (or, given `clock`,
+// while advancing it by `step` every 2 ms); returns the steps taken.
+template <typename Work>
+int RunThreads(int threads, std::chrono::milliseconds run_time, Work work,
+               ManualClock* clock = nullptr,
+               absl::Duration step = absl::ZeroDuration()) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] { work(t, stop); });
+  }
+  int steps = 0;
+  if (clock == nullptr) {
+    std::this_thread::sleep_for(run_time);
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + run_time;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      clock->Advance(step);
+      ++steps;
+    }
+  }
+  stop = true;
+  for (std::thread& t : workers) t.join();
+  return steps;
+}
+
+// The hot-key test's loader: "key:generation", counting loads per key and
+// loads of one key that overlapped.
+template <int kKeys>
+struct HotKeyBackend {
+  absl::StatusOr<std::string> Load(int key) {
+    if (running[key].fetch_add(1) != 0) ++overlapping;
+    const int generation = ++loads[key];
+    std::this_thread::yield();  // Widen the window for a second load.
+    running[key].fetch_sub(1);
+    return absl::StrCat(key, ":", generation);
+  }
+
+  std::array<std::atomic<int>, kKeys> running{}, loads{};
+  std::atomic<int> overlapping{0};
+};
+
+// What the hot-key readers saw that they should not have.
+struct HotKeyTally {
+  std::atomic<int> wrong{0}, went_back{0}, failed{0};
+};
+
+// One hot-key reader: random keys until `stop`. Each value must be
+// "key:generation" with 1 <= generation <= the key's loads so far, and no
+// older than the last this thread saw of that key.
+template <int kKeys, typename Get>
+void ReadHotKeys(Get get, const HotKeyBackend<kKeys>& backend, uint64_t seed,
+                 const std::atomic<bool>& stop, HotKeyTally& tally) {
+  StressRng rng(seed);
+  std::array<int, kKeys> last_seen{};
+  while (!stop.load(std::memory_order_relaxed)) {
+    const int key = rng.Below(kKeys);
+    const absl::StatusOr<std::string> v = get(key);
+    if (!v.ok()) {
+      ++tally.failed;
+      continue;
+    }
+    const std::string prefix = absl::StrCat(key, ":");
+    int generation = 0;
+    if (!absl::StartsWith(*v, prefix) ||
+        !absl::SimpleAtoi(absl::string_view(*v).substr(prefix.size()),
+                          &generation) ||
+        generation < 1 || generation > backend.loads[key].load()) {
+      ++tally.wrong;
+      continue;
+    }
+    if (generation < last_seen[key]) ++tally.went_back;
+    last_seen[key] = generation;
+  }
+}
+
+// What the mixed-operations test counts.
+struct MixedTally {
+  std::atomic<uint64_t> calls{0}, failures{0}, gets{0};
+  std::atomic<int> wrong{0}, unexpected_error{0}, oversize{0}, too_slow{0};
+  std::atomic<int64_t> slowest_nanos{0};
+};
+
+// The mixed-operations test's loader: by call number a value, a slow, late
+// or ancient one, an error, or a throw.
+inline absl::StatusOr<std::string> MixedLoad(int key, MixedTally& tally) {
+  const uint64_t call = ++tally.calls;
+  switch (StressLoadOf(call)) {
+    case StressLoad::kError:
+      ++tally.failures;
+      return absl::UnavailableError(absl::StrCat("backend down: ", key));
+    case StressLoad::kThrowStd:
+      ++tally.failures;
+      throw std::runtime_error(absl::StrCat("disk on fire: ", key));
+    case StressLoad::kThrowOther:
+      ++tally.failures;
+      throw call;
+    case StressLoad::kSlowValue:
+      std::this_thread::sleep_for(kSlowLoad);
+      break;
+    case StressLoad::kLateValue:
+      std::this_thread::sleep_for(kLateLoad);
+      break;
+    case StressLoad::kAncientValue:
+      std::this_thread::sleep_for(kAncientLoad);
+      break;
+    case StressLoad::kValue:
+      break;
+  }
+  return absl::StrCat(key, "#", call);
+}
+
+// A value is the loader's for the key ("7#123") or a Put's ("7@put").
+inline bool IsMixedValue(int key, const std::string& value) {
+  return absl::StartsWith(value, absl::StrCat(key, "#")) ||
+         value == absl::StrCat(key, "@put");
+}
+
+// One timed lookup of the mixed test: a valid value or an expected error,
+// within `bound`.
+template <typename Get>
+void MixedGet(Get get, int key, absl::Duration bound, MixedTally& tally) {
+  ++tally.gets;
+  const auto start = std::chrono::steady_clock::now();
+  const absl::StatusOr<std::string> v = get(key);
+  const auto took = std::chrono::steady_clock::now() - start;
+  RaiseTo(tally.slowest_nanos,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(took).count());
+  if (absl::FromChrono(took) > bound) ++tally.too_slow;
+  if (v.ok()) {
+    if (!IsMixedValue(key, *v)) ++tally.wrong;
+  } else if (v.status().code() != absl::StatusCode::kUnavailable &&
+             v.status().code() != absl::StatusCode::kInternal &&
+             v.status().code() != absl::StatusCode::kDeadlineExceeded) {
+    ++tally.unexpected_error;
+    ADD_FAILURE() << v.status();
+  }
+}
+
+// One mixed-operations worker: 80 % lookups, then GetIfPresent, Put,
+// Invalidate and InvalidateAll, checking size() after each.
+template <typename C, typename Get>
+void RunMixedOperations(C& cache, Get get, int keys, size_t max_entries,
+                        absl::Duration bound, uint64_t seed,
+                        const std::atomic<bool>& stop, MixedTally& tally) {
+  StressRng rng(seed);
+  while (!stop.load(std::memory_order_relaxed)) {
+    const int key = rng.Below(keys);
+    const int op = rng.Below(100);
+    if (op < 80) {
+      MixedGet(get, key, bound, tally);
+    } else if (op < 88) {
+      const std::optional<std::string> v = cache.GetIfPresent(key);
+      if (v.has_value() && !IsMixedValue(key, *v)) ++tally.wrong;
+    } else if (op < 94) {
+      cache.Put(key, absl::StrCat(key, "@put"));
+    } else if (op < 99) {
+      cache.Invalidate(key);
+    } else {
+      cache.InvalidateAll();
+    }
+    if (cache.size() > max_entries) ++tally.oversize;
+  }
+}
+
+// The stats of a finished mixed run agree with what the loader and the
+// callers counted.
+inline void ExpectStatsAgree(const Stats& s, const MixedTally& tally) {
+  EXPECT_EQ(s.loads, tally.calls.load());
+  EXPECT_EQ(s.load_failures, tally.failures.load());
+  const uint64_t answered = s.hits + s.stale_hits + s.negative_hits + s.misses;
+  EXPECT_LE(answered, tally.gets.load());
+  EXPECT_GE(answered + s.stale_fallbacks, tally.gets.load());
+  EXPECT_LE(s.coalesced_waits, s.misses);
+  EXPECT_LE(s.wait_timeouts, s.coalesced_waits);
+}
+
 // PolicyStress
 //
 // The fixture of the stress suite: each test builds its own caches.
@@ -111,83 +301,40 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PolicyStress);
 TYPED_TEST_P(PolicyStress, HotKeysLoadOncePerExpiryAndValuesNeverGoBack) {
   constexpr int kKeys = 16;
   constexpr absl::Duration kTtl = absl::Seconds(10);
-  const auto run_time = StressRunTime();
   for (const int threads : kStressThreadCounts) {
     SCOPED_TRACE(absl::StrCat(threads, " threads"));
     ManualClock clock;
     ThreadPool refreshes(2);
-    std::array<std::atomic<int>, kKeys> running{}, loads{};
-    std::atomic<int> overlapping{0}, wrong{0}, went_back{0}, failed{0};
+    HotKeyBackend<kKeys> backend;
+    HotKeyTally tally;
     Cache<int, std::string, TypeParam> cache(
-        [&](const int& key) -> absl::StatusOr<std::string> {
-          if (running[key].fetch_add(1) != 0) ++overlapping;
-          const int generation = ++loads[key];
-          std::this_thread::yield();  // Widen the window for a second load.
-          running[key].fetch_sub(1);
-          return absl::StrCat(key, ":", generation);
-        },
+        [&](const int& key) { return backend.Load(key); },
         Options{.ttl = kTtl,
                 .wait_timeout = absl::Minutes(1),
                 .clock = &clock,
                 .executor = &refreshes,
                 .seed = 1,
                 .max_load_age = absl::InfiniteDuration()});
-    std::atomic<bool> stop{false};
-    std::vector<std::thread> readers;
-    for (int t = 0; t < threads; ++t) {
-      readers.emplace_back([&, t] {
-        StressRng rng(t + 1);
-        std::array<int, kKeys> last_seen{};
-        while (!stop.load(std::memory_order_relaxed)) {
-          const int key = rng.Below(kKeys);
-          const absl::StatusOr<std::string> v = this->Get(cache, key);
-          if (!v.ok()) {
-            ++failed;
-            continue;
-          }
-          const std::string prefix = absl::StrCat(key, ":");
-          int generation = 0;
-          if (!absl::StartsWith(*v, prefix) ||
-              !absl::SimpleAtoi(absl::string_view(*v).substr(prefix.size()),
-                                &generation) ||
-              generation < 1 || generation > loads[key].load()) {
-            ++wrong;
-            continue;
-          }
-          if (generation < last_seen[key]) ++went_back;
-          last_seen[key] = generation;
-        }
-      });
-    }
-    // Step the clock through expiries while the readers run.
-    int steps = 0;
-    const auto deadline = std::chrono::steady_clock::now() + run_time;
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      clock.Advance(kTtl);
-      ++steps;
-    }
-    stop = true;
-    for (std::thread& t : readers) t.join();
-    // A background refresh may still be queued or running: let it finish
-    // (no writes here, so every refresh stays registered until it does).
-    const auto quiet_by = std::chrono::steady_clock::now() + kQuiesce;
-    while (cache.loads_in_flight() != 0 &&
-           std::chrono::steady_clock::now() < quiet_by) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_EQ(cache.loads_in_flight(), 0u);
+    const auto get = [&](int key) { return this->Get(cache, key); };
+    const int steps = RunThreads(
+        threads, StressRunTime(),
+        [&](int t, const std::atomic<bool>& stop) {
+          ReadHotKeys(get, backend, t + 1, stop, tally);
+        },
+        &clock, kTtl);
+    // No writes here, so every refresh stays registered until it ends.
+    ASSERT_TRUE(QuiesceLoads(cache));
 
-    EXPECT_EQ(wrong, 0);
-    EXPECT_EQ(failed, 0);
+    EXPECT_EQ(tally.wrong, 0);
+    EXPECT_EQ(tally.failed, 0);
     int total_loads = 0;
-    for (const auto& n : loads) total_loads += n.load();
+    for (const auto& n : backend.loads) total_loads += n.load();
     EXPECT_EQ(cache.stats().loads, static_cast<uint64_t>(total_loads));
     if constexpr (TypeParam::kCoalesceLoads) {
-      EXPECT_EQ(overlapping, 0);
-      EXPECT_EQ(went_back, 0);
+      EXPECT_EQ(backend.overlapping, 0);
+      EXPECT_EQ(tally.went_back, 0);
       for (int key = 0; key < kKeys; ++key) {
-        EXPECT_LE(loads[key].load(), steps + 1) << "key " << key;
+        EXPECT_LE(backend.loads[key].load(), steps + 1) << "key " << key;
       }
     }
   }
@@ -200,126 +347,41 @@ TYPED_TEST_P(PolicyStress, MixedOperationsWithFailingLoadsKeepEveryInvariant) {
   constexpr int kKeys = 64;
   constexpr size_t kMaxEntries = 32;
   const absl::Duration wait_timeout = absl::Milliseconds(20);
-  const auto run_time = StressRunTime();
+  const absl::Duration bound =
+      wait_timeout + absl::FromChrono(kAncientLoad) + kMargin;
   for (const int threads : kStressThreadCounts) {
     SCOPED_TRACE(absl::StrCat(threads, " threads"));
-    std::atomic<uint64_t> calls{0}, failures{0};
-    std::atomic<uint64_t> gets{0};
-    std::atomic<int> wrong{0}, unexpected_error{0}, oversize{0}, too_slow{0};
-    std::atomic<int64_t> slowest_nanos{0};
+    MixedTally tally;
     std::optional<Cache<int, std::string, TypeParam>> cache;
-    cache.emplace(
-        [&](const int& key) -> absl::StatusOr<std::string> {
-          const uint64_t call = ++calls;
-          switch (StressLoadOf(call)) {
-            case StressLoad::kError:
-              ++failures;
-              return absl::UnavailableError(
-                  absl::StrCat("backend down: ", key));
-            case StressLoad::kThrowStd:
-              ++failures;
-              throw std::runtime_error(absl::StrCat("disk on fire: ", key));
-            case StressLoad::kThrowOther:
-              ++failures;
-              throw call;
-            case StressLoad::kSlowValue:
-              std::this_thread::sleep_for(kSlowLoad);
-              break;
-            case StressLoad::kLateValue:
-              std::this_thread::sleep_for(kLateLoad);
-              break;
-            case StressLoad::kAncientValue:
-              std::this_thread::sleep_for(kAncientLoad);
-              break;
-            case StressLoad::kValue:
-              break;
-          }
-          return absl::StrCat(key, "#", call);
-        },
-        Options{.ttl = absl::Milliseconds(5),
-                .max_entries = kMaxEntries,
-                .wait_timeout = wait_timeout,
-                .seed = 7,
-                .error_ttl = absl::Microseconds(500),
-                .max_concurrent_loads = 4,
-                .max_load_age = absl::Milliseconds(50)});
-    // A value is the loader's for the key ("7#123") or a Put's ("7@put").
-    auto valid = [&](int key, const std::string& value) {
-      return absl::StartsWith(value, absl::StrCat(key, "#")) ||
-             value == absl::StrCat(key, "@put");
-    };
-    const absl::Duration bound =
-        wait_timeout + absl::FromChrono(kAncientLoad) + kMargin;
-    std::atomic<bool> stop{false};
-    std::vector<std::thread> workers;
-    for (int t = 0; t < threads; ++t) {
-      workers.emplace_back([&, t] {
-        StressRng rng(t + 100);
-        while (!stop.load(std::memory_order_relaxed)) {
-          const int key = rng.Below(kKeys);
-          const int op = rng.Below(100);
-          if (op < 80) {
-            ++gets;
-            const auto start = std::chrono::steady_clock::now();
-            const absl::StatusOr<std::string> v = this->Get(*cache, key);
-            const auto took = std::chrono::steady_clock::now() - start;
-            RaiseTo(slowest_nanos,
-                    std::chrono::duration_cast<std::chrono::nanoseconds>(took)
-                        .count());
-            if (absl::FromChrono(took) > bound) ++too_slow;
-            if (v.ok()) {
-              if (!valid(key, *v)) ++wrong;
-            } else if (v.status().code() != absl::StatusCode::kUnavailable &&
-                       v.status().code() != absl::StatusCode::kInternal &&
-                       v.status().code() !=
-                           absl::StatusCode::kDeadlineExceeded) {
-              ++unexpected_error;
-              ADD_FAILURE() << v.status();
-            }
-          } else if (op < 88) {
-            const std::optional<std::string> v = cache->GetIfPresent(key);
-            if (v.has_value() && !valid(key, *v)) ++wrong;
-          } else if (op < 94) {
-            cache->Put(key, absl::StrCat(key, "@put"));
-          } else if (op < 99) {
-            cache->Invalidate(key);
-          } else {
-            cache->InvalidateAll();
-          }
-          if (cache->size() > kMaxEntries) ++oversize;
-        }
-      });
-    }
-    std::this_thread::sleep_for(run_time);
-    stop = true;
-    for (std::thread& t : workers) t.join();
+    cache.emplace([&](const int& key) { return MixedLoad(key, tally); },
+                  Options{.ttl = absl::Milliseconds(5),
+                          .max_entries = kMaxEntries,
+                          .wait_timeout = wait_timeout,
+                          .seed = 7,
+                          .error_ttl = absl::Microseconds(500),
+                          .max_concurrent_loads = 4,
+                          .max_load_age = absl::Milliseconds(50)});
+    const auto get = [&](int key) { return this->Get(*cache, key); };
+    RunThreads(threads, StressRunTime(),
+               [&](int t, const std::atomic<bool>& stop) {
+                 RunMixedOperations(*cache, get, kKeys, kMaxEntries, bound,
+                                    t + 100, stop, tally);
+               });
 
-    EXPECT_EQ(wrong, 0);
-    EXPECT_EQ(unexpected_error, 0);
-    EXPECT_EQ(oversize, 0);
-    EXPECT_EQ(too_slow, 0) << "slowest Get: "
-                           << absl::Nanoseconds(slowest_nanos.load());
+    EXPECT_EQ(tally.wrong, 0);
+    EXPECT_EQ(tally.unexpected_error, 0);
+    EXPECT_EQ(tally.oversize, 0);
+    EXPECT_EQ(tally.too_slow, 0)
+        << "slowest Get: " << absl::Nanoseconds(tally.slowest_nanos.load());
     // Background refreshes still queued or running finish (or are dropped by
     // the destructor); after that the counters are final.
-    const auto quiet_by = std::chrono::steady_clock::now() + kQuiesce;
-    while (cache->loads_in_flight() != 0 &&
-           std::chrono::steady_clock::now() < quiet_by) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    EXPECT_EQ(cache->loads_in_flight(), 0u);
+    EXPECT_TRUE(QuiesceLoads(*cache));
     const Stats s = cache->stats();
     cache.reset();
-    EXPECT_EQ(s.loads, calls.load());
-    EXPECT_EQ(s.load_failures, failures.load());
-    const uint64_t answered =
-        s.hits + s.stale_hits + s.negative_hits + s.misses;
-    EXPECT_LE(answered, gets.load());
-    EXPECT_GE(answered + s.stale_fallbacks, gets.load());
-    EXPECT_LE(s.coalesced_waits, s.misses);
-    EXPECT_LE(s.wait_timeouts, s.coalesced_waits);
+    ExpectStatsAgree(s, tally);
     ::testing::Test::RecordProperty(
         absl::StrCat("slowest_get_us_", threads),
-        static_cast<int>(slowest_nanos.load() / 1000));
+        static_cast<int>(tally.slowest_nanos.load() / 1000));
   }
 }
 
