@@ -231,9 +231,9 @@ absl::StatusOr<int> ConnectTcp(const RedisAddress& address,
 absl::StatusOr<int> ConnectSocket(const RedisAddress& address,
                                   absl::Duration timeout) {
   const absl::Time deadline = MonotonicNow() + timeout;
-  const absl::StatusOr<int> connected =
-      address.is_unix() ? ConnectUnix(address, timeout, deadline)
-                        : ConnectTcp(address, timeout, deadline);
+  absl::StatusOr<int> connected = address.is_unix()
+                                      ? ConnectUnix(address, timeout, deadline)
+                                      : ConnectTcp(address, timeout, deadline);
   if (!connected.ok()) return connected;
   // hiredis's blocking API expects a blocking socket (SO_RCVTIMEO bounds
   // each call).
