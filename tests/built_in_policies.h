@@ -65,14 +65,9 @@ struct Cross<Pair, TypeList<Fs...>> {
 using BuiltInPolicies =
     typename built_in_internal::ToTypes<BuiltInPolicyList>::type;
 
-// The built-in policies and `Extra...` (a user's policy, an example's).
-template <typename... Extra>
-using BuiltInPoliciesAnd =
-    typename built_in_internal::ToTypes<typename built_in_internal::Concat<
-        BuiltInPolicyList, TypeList<Extra...>>::type>::type;
-
-// The same, as a TypeList, and one policy of such a list by index: a suite
-// too slow to compile in one file is split into one file per policy
+// The built-in policies and `Extra...` (a user's policy, an example's) as a
+// TypeList, and one policy of such a list by index: a suite too slow to
+// compile in one file is split into one file per policy
 // (tests/policy_contract_test.cc).
 template <typename... Extra>
 using BuiltInPolicyListAnd =
