@@ -1127,8 +1127,17 @@ TEST_P(FleetExpiryTest, ProcessesLoadOncePerExpiryFleetWide) {
   }
   std::sort(loads.begin(), loads.end());
   // Every load ran under the fleet's lease, and loads never overlapped nor
-  // followed each other before the last value could have expired.
-  EXPECT_EQ(leases, static_cast<int64_t>(loads.size()));
+  // followed each other before the last value could have expired. Under
+  // SoftTtl a pod that misses locally while the fleet's record is stale
+  // gets the lease, serves the stale record and gives the lease back for
+  // its background refresh to ask again: a lease without a load. That
+  // happens when a pod is slow enough (a sanitizer) for the value it
+  // waited for to go stale before it asks again.
+  if (policy == "SoftTtl") {
+    EXPECT_LE(static_cast<int64_t>(loads.size()), leases);
+  } else {
+    EXPECT_EQ(leases, static_cast<int64_t>(loads.size()));
+  }
   EXPECT_GE(loads.size(), 3u);
   absl::Duration shortest = absl::InfiniteDuration();
   for (size_t i = 1; i < loads.size(); ++i) {
