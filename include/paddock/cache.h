@@ -71,6 +71,7 @@
 #include "paddock/executor.h"
 #include "paddock/internal/async_waiters.h"
 #include "paddock/internal/await_state.h"
+#include "paddock/internal/cache_core.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
@@ -107,9 +108,11 @@ class Cache {
                 "and copy-assignable) and not const; for a value that is "
                 "not, cache a std::shared_ptr<const V>");
 
-  // What lookups hash and compare keys with (see lookup_hash()).
-  using LookupHash = typename internal::LookupHashOf<K, Hash>::type;
-  using LookupEq = typename internal::LookupEqOf<K, Eq>::type;
+  // The state the engine shares (internal/cache_core.h).
+  using Core = internal::CacheCore<K, V, Policy, Hash, Eq>;
+  // What lookups hash and compare keys with (see Core::lookup_hash()).
+  using LookupHash = typename Core::LookupHash;
+  using LookupEq = typename Core::LookupEq;
 
  public:
   // Produces the value for a key, or an error. Called concurrently for
@@ -364,7 +367,7 @@ class Cache {
   //
   // Returns the counters. Thread-safe; each field exact, fields not taken at
   // one instant.
-  Stats stats() const { return recorder_.Snapshot(); }
+  Stats stats() const { return core_.recorder.Snapshot(); }
 
   // Cache::hash_function(), Cache::key_eq()
   //
@@ -372,8 +375,8 @@ class Cache {
   // default), as the standard containers do. Thread-safe: they never change.
   // For string keys with the default ones, lookups call their transparent
   // equivalents instead, which hash and compare alike (key_hash.h).
-  Hash hash_function() const { return hash_; }
-  Eq key_eq() const { return eq_; }
+  Hash hash_function() const { return core_.hash; }
+  Eq key_eq() const { return core_.eq; }
 
   // Cache::loads_in_flight()
   //
@@ -383,33 +386,18 @@ class Cache {
   size_t loads_in_flight() const;
 
   // Returns the options in effect, with `shards` and `clock` resolved.
-  const Options& options() const { return options_; }
+  const Options& options() const { return core_.options; }
 
  private:
-  static constexpr bool kFixedLifetime = requires {
-    requires Policy::kFixedLifetime;
-  };
-  static constexpr bool kFixedExpiry = !kFixedLifetime && requires {
-    requires Policy::kFixedExpiry;
-  };
-  // A fixed lifetime, or fixed offsets but the quiet window's, let entries
-  // derive their times (entry.h).
-  static constexpr internal::EntryLayout kLayout =
-      kFixedLifetime ? internal::EntryLayout::kFixed
-      : kFixedExpiry ? internal::EntryLayout::kFixedExpiry
-                     : internal::EntryLayout::kFull;
-  using Entry = internal::Entry<K, V, kLayout>;
-
-  // One load's result, shared by its waiters.
-  struct Outcome {
-    absl::StatusOr<V> value;
-    bool stale = false;           // A stale value standing in for a failure.
-    int64_t stale_loaded_at = 0;  // When that stale value was loaded.
-  };
-
-  using Flight = internal::KeyedFlight<Outcome, K>;
-  using Shard = internal::Shard<K, V, Flight, Hash, Eq, kLayout>;
-  using Writer = typename Shard::Writer;
+  static constexpr bool kFixedLifetime = Core::kFixedLifetime;
+  static constexpr bool kFixedExpiry = Core::kFixedExpiry;
+  static constexpr bool kShareable = Core::kShareable;
+  using Entry = typename Core::Entry;
+  using Outcome = typename Core::Outcome;
+  using Flight = typename Core::Flight;
+  using Shard = typename Core::Shard;
+  using Writer = typename Core::Writer;
+  using LoadStart = typename Core::LoadStart;
 
   // One load of one key, from its registration to its completion: the key,
   // its flight (registered in the key's shard), why it runs and the load
@@ -474,21 +462,8 @@ class Cache {
   struct AsyncLoad;
   class TierSubscriber;
 
-  static constexpr bool kShareable = internal::kShareable<K, V>;
-
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
         Hash hash, Eq eq);
-
-  static Options Resolve(Options options);
-  static bool FiniteAndNotNegative(const Lifetime& life) {
-    for (absl::Duration d : {life.quiet_for, life.expires_after, life.keep_for,
-                             life.serve_on_error_for}) {
-      if (d < absl::ZeroDuration() || d == absl::InfiniteDuration()) {
-        return false;
-      }
-    }
-    return true;
-  }
 
   // `key` itself, or a K made from a key of another type (see kLooksUp).
   template <typename Q>
@@ -498,102 +473,6 @@ class Cache {
     } else {
       return K(key);
     }
-  }
-  template <typename Q>
-  ABSL_ATTRIBUTE_ALWAYS_INLINE size_t HashOf(const Q& key) const {
-    return internal::MixedHash(lookup_hash(), key);
-  }
-  // What lookups hash and compare keys with: `hash_` and `eq_`, or in place
-  // of the default ones of string keys, their transparent equivalents
-  // (key_hash.h), stateless.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE const LookupHash& lookup_hash() const {
-    if constexpr (std::is_same_v<LookupHash, Hash>) {
-      return hash_;
-    } else {
-      static constexpr LookupHash kHash{};
-      return kHash;
-    }
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE const LookupEq& lookup_eq() const {
-    if constexpr (std::is_same_v<LookupEq, Eq>) {
-      return eq_;
-    } else {
-      static constexpr LookupEq kEq{};
-      return kEq;
-    }
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE Shard& ShardFor(size_t hash) const {
-    return shards_[((hash >> 32) * shard_count_) >> 32];
-  }
-  // When a foreground load starts: its time on the cache's clock and, on the
-  // default clock once the tick rate is known (internal/ticks.h), a tick
-  // count that times it, so that neither end reads the precise clock (two
-  // vDSO reads per miss were 15 % of a Zipf run's time). `nanos` is then the
-  // coarse time, never ahead of the precise one, and the load ends no later
-  // than the coarse time at its end (internal::CountedLoadTimes): its
-  // entry's times start up to a coarse tick early, never late.
-  struct LoadStart {
-    int64_t nanos = 0;
-    uint64_t ticks = 0;
-    uint64_t tick_q32 = 0;  // Nonzero: timed by ticks at this rate.
-  };
-  LoadStart StartLoadClock() const {
-    if (system_clock_) {
-      const uint64_t q32 = internal::TickNanosQ32();
-      const int64_t coarse = internal::CoarseNowNanosIfTicking();
-      if (q32 != 0 && coarse != 0) [[likely]] {
-        return {coarse, internal::Ticks(), q32};
-      }
-    }
-    return {NowNanos()};
-  }
-  // The start and end of a load started at `start`, on the same clock; a
-  // counted load's start is its end less its counted time.
-  internal::LoadTimes EndLoadClock(const LoadStart& start) const {
-    if (start.tick_q32 == 0) return {start.nanos, NowNanos()};
-    return internal::CountedLoadTimes(
-        start.nanos,
-        internal::TicksToNanos(start.ticks, internal::Ticks(), start.tick_q32),
-        internal::CoarseNowNanosIfTicking(),
-        [] { return SystemClock::NowNanos(); });
-  }
-  // The time of a store that times nothing (a Put): the coarse time on the
-  // default clock while it ticks, so that a write makes no precise read
-  // (4 % of a two-thread ReadWrite run). Like a miss's LoadStart, never
-  // ahead of NowNanos(): the entry's times start up to a coarse tick early.
-  int64_t StoreNowNanos() const {
-    if (system_clock_) {
-      if (const int64_t coarse = internal::CoarseNowNanosIfTicking();
-          coarse != 0) [[likely]] {
-        return coarse;
-      }
-    }
-    return NowNanos();
-  }
-  // Precise time by `Options::clock`, in nanoseconds since the Unix epoch.
-  int64_t NowNanos() const {
-    return system_clock_ ? SystemClock::NowNanos()
-                         : absl::ToUnixNanos(clock_->Now());
-  }
-  // A time never ahead of NowNanos(): the coarse clock on the default clock.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE int64_t HitNowNanos() const {
-    return system_clock_ ? SystemClock::CoarseNowNanos()
-                         : absl::ToUnixNanos(clock_->Now());
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE static void MarkVisited(const Entry* n) {
-    auto& visited = const_cast<Entry*>(n)->visited;
-    if (!visited.load(std::memory_order_relaxed)) {
-      visited.store(true, std::memory_order_relaxed);
-    }
-  }
-  // What the policy is told about `n`, whose times are `t`.
-  static EntryState StateOf(const Entry* n, const internal::EntryTimes& t) {
-    return {absl::FromUnixNanos(t.loaded_at), absl::FromUnixNanos(t.expires_at),
-            absl::Nanoseconds(t.load_duration),
-            n->refreshing.load(std::memory_order_relaxed)};
-  }
-  EntryState StateOf(const Entry* n) const {
-    return StateOf(n, n->times(fixed_times_));
   }
   // The flight `load` publishes to: its own, or its pending load's if anyone
   // joined (else null).
@@ -638,10 +517,10 @@ class Cache {
       Shard& shard, const Q& key, size_t hash, internal::ThreadRecord* record,
       int64_t now, std::optional<absl::StatusOr<V>>& out) {
     internal::EpochGuard guard(record);
-    const Entry* n = shard.Find(hash, key, lookup_eq());
+    const Entry* n = shard.Find(hash, key, core_.lookup_eq());
     if (n != nullptr && now < n->quiet_until) [[likely]] {
-      MarkVisited(n);
-      recorder_.Hit(record);
+      core_.MarkVisited(n);
+      core_.recorder.Hit(record);
       out.emplace(n->value());
     }
     return n != nullptr;
@@ -653,7 +532,7 @@ class Cache {
       Shard& shard, const Q& key, size_t hash,
       std::optional<absl::StatusOr<V>>& out) {
     return TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
-                   HitNowNanos(), out);
+                   core_.HitNowNanos(), out);
   }
   // Every GetAsync overload: `done` is a Callback or any callable one can
   // hold, called directly when the value is served at once; `key` a K or a
@@ -737,27 +616,6 @@ class Cache {
   // Gives a lease back, if `lease_token` is one; a failure is counted.
   void GiveBackLease(const std::string* key_bytes,
                      const std::string* lease_token) noexcept;
-  // Whether loads ask a shared tier first.
-  bool fleet() const {
-    if constexpr (kShareable) {
-      return tier_ != nullptr;
-    } else {
-      return false;
-    }
-  }
-  // A load slot for a load that needs one now: waits within wait_timeout,
-  // and stops once the destructor begins. 0 if none came.
-  internal::LoadSlots::Ticket AcquireSlot() {
-    return slots_.AcquireFor(
-        options_.wait_timeout, [this] { return NowNanos(); },
-        [this] { return lifeline_->closing(); });
-  }
-  // What a load gets when no slot came free within wait_timeout.
-  absl::Status NoSlotError() const {
-    return absl::DeadlineExceededError(
-        absl::StrCat("paddock: no load slot came free within wait_timeout (",
-                     absl::FormatDuration(options_.wait_timeout), ")"));
-  }
   // `record`'s value or remembered error; nullopt if this process cannot
   // use it (undecodable, over max_value_bytes).
   std::optional<absl::StatusOr<V>> DecodeRecord(const SharedRecord& record);
@@ -817,16 +675,6 @@ class Cache {
                     int64_t started, int64_t finished);
   // A caller's result from a load's outcome; counts a stale fallback.
   absl::StatusOr<V> Serve(const Outcome& outcome);
-  // The policy's lifetime of a value that took `load_duration` to load: with
-  // kFixedLifetime, the one it gave at construction (saves a call and its
-  // Duration arithmetic on every store).
-  Lifetime LifetimeFor(absl::Duration load_duration) const {
-    if constexpr (kFixedLifetime) {
-      return fixed_lifetime_;
-    } else {
-      return policy_.OnStore(options_.ttl, load_duration, rng_);
-    }
-  }
   // A new entry for `value` loaded (or put) at `now`, its lifetime set by the
   // policy (or given). Call without a lock.
   std::unique_ptr<Entry> NewEntry(const K& key, size_t hash, V value,
@@ -855,40 +703,10 @@ class Cache {
   // Hands `task` to the executor; a task the executor refuses (throws) ends
   // its load with Cancelled. Never throws.
   void Schedule(LoadTask task) noexcept;
-  Executor* executor();
 
-  Loader loader_;
-  AsyncLoader async_loader_;  // Set instead of loader_.
-  const Options options_;
-  const Policy policy_;
-  Clock* const clock_;
-  const bool system_clock_;
-  const int64_t max_load_age_;
-  const Hash hash_;
-  const Eq eq_;
-  const size_t shard_count_;
-  std::unique_ptr<Shard[]> shards_;
-  mutable Random rng_;
-  // The lifetime of every value, for a policy with kFixedLifetime (with
-  // kFixedExpiry: of every value but for its quiet window), and its offsets
-  // in nanoseconds (what compact entries derive their times from);
-  // `fixed_times_exact_`: they give the times AddSaturated would for every
-  // load time (all four durations finite and not negative).
-  const Lifetime fixed_lifetime_;
-  const internal::FixedTimes fixed_times_;
-  const bool fixed_times_exact_;
-  internal::LoadSlots slots_;
-  mutable internal::Recorder recorder_;
-  std::shared_ptr<internal::Lifeline> lifeline_ =
-      std::make_shared<internal::Lifeline>();
-  std::once_flag pool_once_;
-  std::unique_ptr<ThreadPool> pool_;  // The default executor, made lazily.
-  internal::AsyncWaiters async_waiters_;
-  // The shared tier (Options::shared), and this cache's subscription to
-  // other caches' writes; destroyed first.
-  SharedTier* const tier_;
-  std::unique_ptr<TierSubscriber> subscriber_;
-  std::unique_ptr<SharedTier::Subscription> subscription_;
+  // The only data member: every stage of the engine reaches the state
+  // through it.
+  Core core_;
 };
 
 // Turns other caches' writes, announced by the shared tier, into local
@@ -903,7 +721,7 @@ class Cache<K, V, P, H, E>::TierSubscriber final
     try {
       if constexpr (Decodable<K>) {
         if (absl::StatusOr<K> key = Codec<K>::Decode(key_bytes); key.ok()) {
-          cache_->InvalidateLocally(*key, cache_->HashOf(*key));
+          cache_->InvalidateLocally(*key, cache_->core_.HashOf(*key));
           return;
         }
       }
@@ -917,7 +735,7 @@ class Cache<K, V, P, H, E>::TierSubscriber final
   }
   void OnMissedInvalidations() override {
     // Fills may have been missed too: every parked load asks again.
-    internal::FleetWaits::Process().NotifyAll(cache_->tier_);
+    internal::FleetWaits::Process().NotifyAll(cache_->core_.tier);
     try {
       cache_->InvalidateAllLocally();
     } catch (...) {
@@ -925,7 +743,7 @@ class Cache<K, V, P, H, E>::TierSubscriber final
     }
   }
   void OnChange(std::string_view key_bytes) override {
-    internal::FleetWaits::Process().Notify(cache_->tier_, key_bytes);
+    internal::FleetWaits::Process().Notify(cache_->core_.tier, key_bytes);
   }
 
  private:
@@ -944,7 +762,7 @@ class Cache<K, V, P, H, E>::LoadTask {
   LoadTask(Cache* cache, const K& key, size_t hash,
            LoadKind kind = LoadKind::kRefresh)
       : cache_(cache),
-        lifeline_(cache->lifeline_),
+        lifeline_(cache->core_.lifeline),
         key_(key),
         hash_(hash),
         kind_(kind) {}
@@ -1008,7 +826,7 @@ class Cache<K, V, P, H, E>::LoadTask {
     load.delivery = std::move(delivery_);
     load.parkable = true;
     if (dropped || lifeline_->closing()) {
-      const int64_t now = cache_->NowNanos();
+      const int64_t now = cache_->core_.NowNanos();
       cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
                        /*loader_ran=*/false, now, now);
       return;
@@ -1028,14 +846,14 @@ class Cache<K, V, P, H, E>::LoadTask {
       return;
     }
     // A caller that needed the value ran it already.
-    if (!claimed_ && !flight->TryClaim(cache_->NowNanos())) return;
+    if (!claimed_ && !flight->TryClaim(cache_->core_.NowNanos())) return;
     Load load{key_, hash_, flight, kind_, claimed_ ? 0 : flight->slot()};
     load.caller_waits = kind_ == LoadKind::kForeground;
     load.delivery = delivery_;
     load.parkable = true;
     if (dropped) {
-      cache_->slots_.Release(std::exchange(load.slot, 0));
-      const int64_t now = cache_->NowNanos();
+      cache_->core_.slots.Release(std::exchange(load.slot, 0));
+      const int64_t now = cache_->core_.NowNanos();
       cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
                        /*loader_ran=*/false, now, now);
       return;
@@ -1044,20 +862,21 @@ class Cache<K, V, P, H, E>::LoadTask {
       // Its slot was reserved when it was queued; a load that needed one may
       // have taken it since. Skipped if none is free (it is only a refresh)
       // and nobody waits for it.
-      load.slot = cache_->slots_.Restart(load.slot, cache_->NowNanos());
+      load.slot =
+          cache_->core_.slots.Restart(load.slot, cache_->core_.NowNanos());
       if (load.slot == 0 && cache_->SkipRefresh(load)) return;
     }
     // With a shared tier the slot is taken once the loader is to run,
     // never for a wait for another process (LoadWithSlot).
-    if (load.slot == 0 && !cache_->fleet()) {
+    if (load.slot == 0 && !cache_->core_.fleet()) {
       // The destructor waits for this task: it stops waiting for a slot
       // once the destructor begins (within LoadSlots' recheck interval).
-      load.slot = cache_->AcquireSlot();
+      load.slot = cache_->core_.AcquireSlot();
       if (load.slot == 0) {
-        const int64_t now = cache_->NowNanos();
+        const int64_t now = cache_->core_.NowNanos();
         cache_->Complete(load,
                          lifeline_->closing() ? DestroyedBeforeItRan()
-                                              : cache_->NoSlotError(),
+                                              : cache_->core_.NoSlotError(),
                          /*loader_ran=*/false, now, now);
         return;
       }
@@ -1065,8 +884,8 @@ class Cache<K, V, P, H, E>::LoadTask {
     // Queued work that has not called the loader when the destructor begins
     // is dropped, as the destructor's contract says, whatever it waited for.
     if (lifeline_->closing()) {
-      cache_->slots_.Release(std::exchange(load.slot, 0));
-      const int64_t now = cache_->NowNanos();
+      cache_->core_.slots.Release(std::exchange(load.slot, 0));
+      const int64_t now = cache_->core_.NowNanos();
       cache_->Complete(load, DestroyedBeforeItRan(), /*loader_ran=*/false, now,
                        now);
       return;
@@ -1074,7 +893,7 @@ class Cache<K, V, P, H, E>::LoadTask {
     // A blocking loader holds this thread until it returns: a GetAsync
     // miss of the key waits for it rather than start another beside it
     // (Shard::ExecutorFlight).
-    if (!claimed_ && !cache_->async_loader_) flight->MarkOnExecutor();
+    if (!claimed_ && !cache_->core_.async_loader) flight->MarkOnExecutor();
     cache_->RunLoad(load);
   }
 
@@ -1108,7 +927,7 @@ class Cache<K, V, P, H, E>::AsyncWaiter final
               SteadyTime deadline, bool joined)
       : AsyncWaiterBase(deadline),
         cache_(cache),
-        lifeline_(cache->lifeline_),
+        lifeline_(cache->core_.lifeline),
         key_(key),
         hash_(hash),
         joined_(joined),
@@ -1167,13 +986,13 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
   AsyncLoad(Cache* owner, Load& from, const std::string* bytes,
             const std::string* token)
       : cache(owner),
-        lifeline(owner->lifeline_),
+        lifeline(owner->core_.lifeline),
         key(from.key),
         load{key, from.hash, from.flight, from.kind, /*slot=*/0},
         with_lease(token != nullptr),
         key_bytes(bytes != nullptr ? *bytes : std::string()),
         lease_token(token != nullptr ? *token : std::string()),
-        tier(with_lease ? owner->options_.shared : nullptr) {
+        tier(with_lease ? owner->core_.options.shared : nullptr) {
     // The load slot moves last, once nothing can throw: a copy above that
     // throws leaves it with `from`, whose failure gives it back (taken
     // first, it went down with this half-made object, held until
@@ -1251,22 +1070,6 @@ class Cache<K, V, P, H, E>::AwaiterFor {
 // Implementation.
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Options Cache<K, V, P, H, E>::Resolve(Options options) {
-  if (absl::Status s = options.Validate(); !s.ok()) {
-    throw std::invalid_argument(std::string(s.message()));
-  }
-  if (options.shards == 0) {
-    const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-    options.shards =
-        static_cast<int>(std::min<unsigned>(std::bit_ceil(4 * cpus), 256));
-  }
-  options.shards = static_cast<int>(std::min<size_t>(
-      static_cast<size_t>(options.shards), options.max_entries));
-  if (options.clock == nullptr) options.clock = SystemClock::Get();
-  return options;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
     : Cache(std::move(loader), AsyncLoader(), std::move(options),
             std::move(policy), H(), E()) {}
@@ -1291,98 +1094,44 @@ Cache<K, V, P, H, E>::Cache(AsyncLoader loader, Options options, P policy,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
                             Options options, P policy, H hash, E eq)
-    : loader_(std::move(loader)),
-      async_loader_(std::move(async_loader)),
-      options_(Resolve(std::move(options))),
-      policy_(std::move(policy)),
-      clock_(options_.clock),
-      system_clock_(clock_ == SystemClock::Get()),
-      max_load_age_(internal::ToNanosSaturated(options_.max_load_age)),
-      hash_(std::move(hash)),
-      eq_(std::move(eq)),
-      shard_count_(static_cast<size_t>(options_.shards)),
-      shards_(new Shard[shard_count_]),
-      rng_(internal::SeedOrRandom(options_.seed),
-           /*reseed_after_fork=*/options_.seed == 0),
-      fixed_lifetime_(
-          kFixedLifetime || kFixedExpiry
-              ? policy_.OnStore(options_.ttl, absl::ZeroDuration(), rng_)
-              : Lifetime{}),
-      fixed_times_{
-          .quiet = internal::ToNanosSaturated(fixed_lifetime_.quiet_for),
-          .expires = internal::ToNanosSaturated(fixed_lifetime_.expires_after),
-          .keep = internal::ToNanosSaturated(fixed_lifetime_.keep_for),
-          .serve_on_error =
-              internal::ToNanosSaturated(fixed_lifetime_.serve_on_error_for)},
-      fixed_times_exact_(FiniteAndNotNegative(fixed_lifetime_)),
-      slots_(options_.max_concurrent_loads, options_.max_load_age),
-      recorder_(options_.listener),
-      tier_(options_.shared.get()) {
-  if (!loader_ && !async_loader_) {
-    throw std::invalid_argument("paddock::Cache: loader must not be empty");
-  }
-  if constexpr (requires { policy_.Validate(); }) {
-    if (absl::Status s = policy_.Validate(); !s.ok()) {
-      throw std::invalid_argument(std::string(s.message()));
-    }
-  }
-  const size_t base = options_.max_entries / shard_count_;
-  const size_t extra = options_.max_entries % shard_count_;
-  for (size_t i = 0; i < shard_count_; ++i) {
-    shards_[i].set_capacity(base + (i < extra ? 1 : 0), fixed_times_);
-    shards_[i].set_key_eq(&eq_);
-  }
-  if (tier_ != nullptr) {
-    if constexpr (kShareable) {
-      subscriber_ = std::make_unique<TierSubscriber>(this);
-      subscription_ = tier_->Subscribe(subscriber_.get());
-    } else {
-      throw std::invalid_argument(
-          "paddock::Cache: Options::shared needs paddock::Codec<V> with "
-          "Encode and Decode, and paddock::Codec<K> with Encode "
-          "(paddock/codec.h), for this cache's key and value types");
+    : core_(std::move(loader), std::move(async_loader), std::move(options),
+            std::move(policy), std::move(hash), std::move(eq)) {
+  if constexpr (kShareable) {
+    if (core_.tier != nullptr) {
+      core_.subscriber = std::make_unique<TierSubscriber>(this);
+      core_.subscription = core_.tier->Subscribe(core_.subscriber.get());
     }
   }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 Cache<K, V, P, H, E>::~Cache() {
-  subscription_.reset();  // No tier callback runs after this.
-  lifeline_->CloseAndWait();
-  // Loads parked for another process's fill end here, touching nothing of
-  // the cache (LoadTask::Resume); their waiters are cancelled below.
-  if (tier_ != nullptr) internal::FleetWaits::Process().Drop(lifeline_.get());
-  // No load completes any more: what still waits gets Cancelled, once.
-  async_waiters_.CancelAll();
-  pool_.reset();    // Runs queued tasks, which now skip the closed cache.
-  shards_.reset();  // No reader can be inside: entries are freed directly.
-  // Free what this cache retired, unless a reader elsewhere still holds an
-  // epoch; whatever remains is freed by later retirements.
-  internal::TryReclaim();
+  // ~Core ends the cache, in its order (internal/cache_core.h).
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 template <typename Q>
 absl::StatusOr<V> Cache<K, V, P, H, E>::GetAny(const Q& key) {
-  const size_t hash = HashOf(key);
-  Shard& shard = ShardFor(hash);
+  const size_t hash = core_.HashOf(key);
+  Shard& shard = core_.ShardFor(hash);
   // Inlined into the caller, the hit path calls nothing: what needs a call
   // (a first record, another clock, a ticker to start) goes to
   // GetUnprepared, which takes the same hit there.
   internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
-  const int64_t now = system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
+  const int64_t now =
+      core_.system_clock ? internal::CoarseNowNanosIfTicking() : 0;
   if (record == nullptr || now == 0) [[unlikely]] {
     return GetUnprepared(shard, key, hash);
   }
   bool found;
   {
     internal::EpochGuard guard(record);
-    const Entry* n = shard.Find(hash, key, lookup_eq());
+    const Entry* n = shard.Find(hash, key, core_.lookup_eq());
     // `now` was read before the lookup: a time never ahead of the entry's
     // load, so a fresh entry is never refused for it, nor a stale one served.
     if (n != nullptr && now < n->quiet_until) [[likely]] {
-      MarkVisited(n);
-      recorder_.Hit(record);
+      core_.MarkVisited(n);
+      core_.recorder.Hit(record);
       return n->value();
     }
     found = n != nullptr;
@@ -1401,7 +1150,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
   // CoarseNowNanos starts or retries the ticker) and takes the hit.
   std::optional<absl::StatusOr<V>> now;
   const bool found = TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
-                             HitNowNanos(), now);
+                             core_.HitNowNanos(), now);
   if (now.has_value()) return *std::move(now);
   // Past the hit, a key of another type becomes a K once, for both calls.
   decltype(auto) k = KeyOf(key);
@@ -1432,8 +1181,8 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::ServeNow(Shard& shard,
   int64_t now = 0;
   {
     internal::EpochGuard guard;
-    if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
-      now = NowNanos();
+    if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
+      now = core_.NowNanos();
       answer = Examine(n, now);
       if (answer.served != Answer::Served::kNothing) {
         result.emplace(ResultOf(answer));
@@ -1453,8 +1202,8 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 template <typename Q>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
     const Q& key) {
-  const size_t hash = HashOf(key);
-  return TryServeNow(ShardFor(hash), key, hash);
+  const size_t hash = core_.HashOf(key);
+  return TryServeNow(core_.ShardFor(hash), key, hash);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1463,7 +1212,8 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
     Shard& shard, const Q& key, size_t hash) {
   // As in Get: what needs a call goes to TakeHitUnprepared.
   internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
-  const int64_t now = system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
+  const int64_t now =
+      core_.system_clock ? internal::CoarseNowNanosIfTicking() : 0;
   std::optional<absl::StatusOr<V>> result;
   const bool found = record == nullptr || now == 0
                          ? TakeHitUnprepared(shard, key, hash, result)
@@ -1483,13 +1233,13 @@ void Cache<K, V, P, H, E>::GetAsync(const K& key, Callback done) {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 template <typename Q, typename F>
 void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
-  const size_t hash = HashOf(key);
-  Shard& shard = ShardFor(hash);
+  const size_t hash = core_.HashOf(key);
+  Shard& shard = core_.ShardFor(hash);
   // TryServeNow, with the hit taken here, inlined into the caller as Get's
   // is.
   internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
   const int64_t coarse =
-      system_clock_ ? internal::CoarseNowNanosIfTicking() : 0;
+      core_.system_clock ? internal::CoarseNowNanosIfTicking() : 0;
   std::optional<absl::StatusOr<V>> now;
   bool found;
   if (record == nullptr || coarse == 0) [[unlikely]] {
@@ -1523,7 +1273,7 @@ typename Cache<K, V, P, H, E>::Awaiter Cache<K, V, P, H, E>::Await(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
                                         Callback done) {
-  if (lifeline_->closing()) [[unlikely]] {
+  if (core_.lifeline->closing()) [[unlikely]] {
     // Asked from a callback ~Cache runs: no load, and no waiter, would ever
     // answer (the destructor has cancelled every waiter it holds).
     try {
@@ -1536,8 +1286,8 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   // An asynchronous loader with nothing to block on starts at once, here;
   // anything else that may block (a blocking loader, a wait for a load
   // slot, the shared tier) runs on the executor.
-  const bool start_here =
-      async_loader_ && tier_ == nullptr && options_.max_concurrent_loads == 0;
+  const bool start_here = core_.async_loader && core_.tier == nullptr &&
+                          core_.options.max_concurrent_loads == 0;
   std::shared_ptr<Flight> flight;
   std::shared_ptr<Flight> delivery;
   bool lead = false;
@@ -1547,15 +1297,15 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   std::optional<absl::StatusOr<V>> result;
   {
     internal::EpochGuard guard;
-    now = NowNanos();  // Before the lock, as in GetSlow.
+    now = core_.NowNanos();  // Before the lock, as in GetSlow.
     {
       Writer w(shard);
-      if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
+      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
         answer = Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
         if constexpr (P::kCoalesceLoads) {
-          flight = shard.LiveFlight(key, hash, now, max_load_age_);
+          flight = shard.LiveFlight(key, hash, now, core_.max_load_age);
           if (flight == nullptr) {
             // A load of this key hung on an executor thread: wait for it
             // (until wait_timeout) rather than hang another thread beside
@@ -1599,8 +1349,8 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     }
     return;
   }
-  recorder_.Miss();
-  if (!lead) recorder_.CoalescedWait();
+  core_.recorder.Miss();
+  if (!lead) core_.recorder.CoalescedWait();
   // Once the waiter can be answered (by its timer, by a load a blocking Get
   // claimed, or inline by a zero wait_timeout), `done` may free whatever
   // holds the caller's `key`: from then on only the waiter's own copy of the
@@ -1617,11 +1367,11 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     // load runs, and ends the flight, for every caller that joined it.
     // (Other flights start running: nobody else can claim them.)
     if constexpr (P::kCoalesceLoads) {
-      if (!start_here && !flight->TryClaim(NowNanos())) return;
+      if (!start_here && !flight->TryClaim(core_.NowNanos())) return;
     }
     Load load{own_key(), hash, flight, LoadKind::kForeground};
     load.delivery = std::move(delivery);
-    const int64_t at = NowNanos();
+    const int64_t at = core_.NowNanos();
     Complete(load, absl::InternalError("paddock: could not start the load"),
              /*loader_ran=*/false, at, at);
   };
@@ -1630,7 +1380,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
       delivery = std::make_shared<Flight>(key, hash, now);
     }
     Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
-    const absl::Duration timeout = options_.wait_timeout;
+    const absl::Duration timeout = core_.options.wait_timeout;
     waiter = std::make_shared<AsyncWaiter>(
         this, key, hash, std::move(done),
         internal::IsForever(timeout)
@@ -1645,7 +1395,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
       waiter->Run(TimedOut(own_key(), hash, /*counted=*/!lead));
     } else {
       try {
-        async_waiters_.Add(waiter);
+        core_.async_waiters.Add(waiter);
       } catch (...) {
         // No timer thread: this caller gets the timeout's answer at once.
         waiter->Claim();
@@ -1660,7 +1410,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
         // exception. If the timer has claimed it already, that answer
         // stands and this caller gets no exception.
         if (waiter->Claim()) {
-          async_waiters_.Remove(waiter.get());
+          core_.async_waiters.Remove(waiter.get());
           throw;
         }
       }
@@ -1697,27 +1447,28 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::TimedOut(const K& key, size_t hash,
                                                  bool counted) {
-  if (counted) recorder_.WaitTimeout();
+  if (counted) core_.recorder.WaitTimeout();
   std::optional<V> stale;
   int64_t now = 0;
   int64_t loaded_at = 0;
   {
     internal::EpochGuard guard;
-    now = NowNanos();
-    const Entry* n = ShardFor(hash).Find(hash, key, lookup_eq());
-    if (n != nullptr && n->has_value() && now < n->keep_until(fixed_times_)) {
+    now = core_.NowNanos();
+    const Entry* n = core_.ShardFor(hash).Find(hash, key, core_.lookup_eq());
+    if (n != nullptr && n->has_value() &&
+        now < n->keep_until(core_.fixed_times)) {
       stale.emplace(n->value());
-      loaded_at = n->loaded_at(fixed_times_);
+      loaded_at = n->loaded_at(core_.fixed_times);
     }
   }
   if (stale.has_value()) {
-    recorder_.StaleFallback(absl::Nanoseconds(now - loaded_at));
+    core_.recorder.StaleFallback(absl::Nanoseconds(now - loaded_at));
     return *std::move(stale);
   }
   return absl::DeadlineExceededError(
       absl::StrCat("paddock: the load of this key did not finish within "
                    "wait_timeout (",
-                   absl::FormatDuration(options_.wait_timeout), ")"));
+                   absl::FormatDuration(core_.options.wait_timeout), ")"));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1726,7 +1477,7 @@ void Cache<K, V, P, H, E>::Deliver(
     const Outcome& outcome) noexcept {
   auto* waiter = static_cast<AsyncWaiter*>(base.get());
   if (!waiter->Claim()) return;  // Timed out or cancelled first.
-  async_waiters_.Remove(waiter);
+  core_.async_waiters.Remove(waiter);
   absl::StatusOr<V> result = absl::InternalError(
       "paddock: copying the loaded value for a waiter failed");
   try {
@@ -1741,14 +1492,15 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
     Entry* n, int64_t now) {
   using Served = typename Answer::Served;
-  const internal::EntryTimes t = n->times(fixed_times_);
+  const internal::EntryTimes t = n->times(core_.fixed_times);
   if (n->has_value() && now < t.keep_until) {
     const Decision d =
         now < t.quiet_until
             ? Decision::kServe
-            : policy_.Decide(StateOf(n, t), absl::FromUnixNanos(now), rng_);
+            : core_.policy.Decide(core_.StateOf(n, t), absl::FromUnixNanos(now),
+                                  core_.rng);
     if (d != Decision::kLoad) {
-      MarkVisited(n);
+      core_.MarkVisited(n);
       const bool refresh = d == Decision::kServeAndRefresh &&
                            now >= n->error_until() &&
                            !n->refreshing.load(std::memory_order_relaxed) &&
@@ -1789,16 +1541,16 @@ void Cache<K, V, P, H, E>::Record(const Answer& answer, int64_t now) {
   // its load time is read.
   switch (answer.served) {
     case Answer::Served::kFresh:
-      recorder_.Hit(internal::CurrentThreadRecord());
+      core_.recorder.Hit(internal::CurrentThreadRecord());
       break;
     case Answer::Served::kStale:
-      recorder_.StaleHit(absl::Nanoseconds(now - answer.loaded_at));
+      core_.recorder.StaleHit(absl::Nanoseconds(now - answer.loaded_at));
       break;
     case Answer::Served::kNegative:
-      recorder_.NegativeHit();
+      core_.recorder.NegativeHit();
       break;
     case Answer::Served::kStaleFallback:
-      recorder_.StaleFallback(absl::Nanoseconds(now - answer.loaded_at));
+      core_.recorder.StaleFallback(absl::Nanoseconds(now - answer.loaded_at));
       break;
     case Answer::Served::kNothing:
       break;
@@ -1808,7 +1560,7 @@ void Cache<K, V, P, H, E>::Record(const Answer& answer, int64_t now) {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
                                                 size_t hash) {
-  if (internal::IsLoadingOnThisThread(this, hash, key, eq_)) {
+  if (internal::IsLoadingOnThisThread(&core_, hash, key, core_.eq)) {
     return absl::FailedPreconditionError(
         "paddock: the loader called Get for the key it is loading");
   }
@@ -1851,28 +1603,28 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     // Read before the lock, which is then held for less: an entry stored
     // after this reading is fresh at it, and a load registered after it has
     // not reached max_load_age.
-    start = StartLoadClock();
+    start = core_.StartLoadClock();
     now = start.nanos;
     {
       Writer w(shard);
       // Re-check: a load may have stored the value since the lock-free look.
-      if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
+      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
         answer = Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
         if constexpr (P::kCoalesceLoads) {
-          if (!async_loader_) {
+          if (!core_.async_loader) {
             pending.started_at = now;
             flight = shard.LiveFlightOrRegister(w, key, hash, now,
-                                                max_load_age_, &pending);
+                                                core_.max_load_age, &pending);
             pending_registered = flight == nullptr;
           } else {
-            flight = shard.LiveFlight(key, hash, now, max_load_age_);
+            flight = shard.LiveFlight(key, hash, now, core_.max_load_age);
           }
           if (flight == nullptr) {
             // None in flight, or the one in flight is done or too old to
             // wait for: it keeps running but will no longer store.
-            if (async_loader_) {
+            if (core_.async_loader) {
               flight = std::make_shared<Flight>(key, hash, now,
                                                 Flight::State::kRunning);
               shard.Register(w, key, hash, flight);
@@ -1891,7 +1643,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
           // Every caller loads; concurrent loads of a key share a
           // registration only to learn whether a write superseded them. A
           // blocking loader's first runner registers pending, as above.
-          if (!async_loader_) {
+          if (!core_.async_loader) {
             pending.started_at = now;
             flight = shard.JoinRunnersOrRegister(w, key, hash, now, &pending);
             pending_registered = flight == nullptr;
@@ -1919,23 +1671,24 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     if (refresh.has_value()) Schedule(*std::move(refresh));
     return *std::move(result);
   }
-  recorder_.Miss();
+  core_.recorder.Miss();
   if (!lead) {
-    recorder_.CoalescedWait();
+    core_.recorder.CoalescedWait();
     return Wait(flight, shard, key, hash);
   }
   // Nothing between here and the loader call waits (no load slot to take, no
   // shared tier to ask): the load starts at `now`, to the clock's eye.
   const bool starts_now =
-      options_.max_concurrent_loads == 0 && tier_ == nullptr;
+      core_.options.max_concurrent_loads == 0 && core_.tier == nullptr;
   if (pending_registered && starts_now) {
     return LeadPending(shard, key, hash, pending, start);
   }
   // A claimed refresh's reservation, if no load took it; else Lead waits
   // for a slot, as this caller needs the value.
   const internal::LoadSlots::Ticket slot =
-      kind == LoadKind::kRefresh ? slots_.Restart(flight->slot(), NowNanos())
-                                 : 0;
+      kind == LoadKind::kRefresh
+          ? core_.slots.Restart(flight->slot(), core_.NowNanos())
+          : 0;
   Load load{key, hash, std::move(flight), kind, slot};
   if (pending_registered) load.pending = &pending;
   // The general path times its load by the precise clock: from `now` only
@@ -1948,11 +1701,11 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     Shard& shard, const K& key, size_t hash,
     internal::PendingLoad<Flight>& pending, const LoadStart& start) {
-  recorder_.LoadStarted(LoadKind::kForeground);
+  core_.recorder.LoadStarted(LoadKind::kForeground);
   absl::StatusOr<V> result = CallLoader(key, hash);
-  const auto [started, finished] = EndLoadClock(start);
-  recorder_.LoadFinished(LoadKind::kForeground, finished - started,
-                         result.status());
+  const auto [started, finished] = core_.EndLoadClock(start);
+  core_.recorder.LoadFinished(LoadKind::kForeground, finished - started,
+                              result.status());
   if (!result.ok()) {
     // Negative caching, stale stand-ins: the general way.
     Load load{key, hash, nullptr, LoadKind::kForeground};
@@ -1977,9 +1730,9 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     }
     if (own) {
       // Found first, in a statement of its own: were `Find` an argument of
-      // `Store`, `fresh` might already be Store's parameter when `eq_`
+      // `Store`, `fresh` might already be Store's parameter when `core_.eq`
       // throws, and would then be destroyed under the lock.
-      Entry* const current = shard.Find(hash, key, lookup_eq());
+      Entry* const current = shard.Find(hash, key, core_.lookup_eq());
       evicted = shard.Store(w, current, std::move(fresh), finished);
     }
   } catch (...) {
@@ -1992,7 +1745,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
       shard.ForgetRunner(w, &pending);
     }
   }
-  recorder_.Evicted(evicted);
+  core_.recorder.Evicted(evicted);
   // Unregistered: the flight, if anyone joined, is final.
   pending.completed = true;
   if constexpr (P::kCoalesceLoads) {
@@ -2021,7 +1774,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
     const std::shared_ptr<Flight>& flight, Shard& shard, const K& key,
     size_t hash, bool counted) {
   (void)shard;
-  if (const Outcome* outcome = flight->WaitFor(options_.wait_timeout);
+  if (const Outcome* outcome = flight->WaitFor(core_.options.wait_timeout);
       outcome != nullptr) {
     return Serve(*outcome);
   }
@@ -2033,8 +1786,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(const Outcome& outcome) {
   if (outcome.stale) {
-    recorder_.StaleFallback(
-        absl::Nanoseconds(NowNanos() - outcome.stale_loaded_at));
+    core_.recorder.StaleFallback(
+        absl::Nanoseconds(core_.NowNanos() - outcome.stale_loaded_at));
   }
   return outcome.value;
 }
@@ -2044,15 +1797,15 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
   load.caller_waits = true;
   // With a shared tier the slot is taken once the loader is to run, never
   // for a wait for another process (LoadWithSlot).
-  if (load.slot == 0 && !fleet()) {
-    load.slot = AcquireSlot();
+  if (load.slot == 0 && !core_.fleet()) {
+    load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
-      const int64_t now = NowNanos();
+      const int64_t now = core_.NowNanos();
       return Serve(
-          Complete(load, NoSlotError(), /*loader_ran=*/false, now, now));
+          Complete(load, core_.NoSlotError(), /*loader_ran=*/false, now, now));
     }
   }
-  if (!async_loader_) return Serve(*RunLoad(load));
+  if (!core_.async_loader) return Serve(*RunLoad(load));
   // An asynchronous loader completes elsewhere: wait for it like a joiner,
   // on the load's flight (an uncoalesced load: on a rendezvous of its own).
   std::shared_ptr<Flight> rendezvous = load.flight;
@@ -2060,18 +1813,18 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
     load.flight->Join();  // Before the load can complete and publish.
   } else {
     rendezvous = load.delivery =
-        std::make_shared<Flight>(load.key, load.hash, NowNanos());
+        std::make_shared<Flight>(load.key, load.hash, core_.NowNanos());
   }
   if (std::optional<Outcome> outcome = RunLoad(load)) return Serve(*outcome);
-  return Wait(rendezvous, ShardFor(load.hash), load.key, load.hash,
+  return Wait(rendezvous, core_.ShardFor(load.hash), load.key, load.hash,
               /*counted=*/false);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key, size_t hash) {
-  internal::LoadScope scope(this, hash, &key);
+  internal::LoadScope scope(&core_, hash, &key);
   try {
-    return loader_(key);
+    return core_.loader(key);
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("paddock: the loader threw: ", e.what()));
@@ -2086,7 +1839,7 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
 Cache<K, V, P, H, E>::RunLoad(Load& load) {
   if constexpr (kShareable) {
-    if (tier_ != nullptr) return RunFleetLoad(load);
+    if (core_.tier != nullptr) return RunFleetLoad(load);
   }
   return LoadHere(load, nullptr, nullptr);
 }
@@ -2095,17 +1848,17 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
 Cache<K, V, P, H, E>::LoadHere(Load& load, const std::string* key_bytes,
                                const std::string* lease_token) {
-  if (async_loader_) {
+  if (core_.async_loader) {
     StartAsyncLoad(load, key_bytes, lease_token);
     return std::nullopt;
   }
   // The slot goes back however the load ends.
   absl::Cleanup release_slot = [&] {
-    slots_.Release(std::exchange(load.slot, 0));
+    core_.slots.Release(std::exchange(load.slot, 0));
   };
-  recorder_.LoadStarted(load.kind);
+  core_.recorder.LoadStarted(load.kind);
   const int64_t started =
-      load.starts_at.has_value() ? *load.starts_at : NowNanos();
+      load.starts_at.has_value() ? *load.starts_at : core_.NowNanos();
   absl::StatusOr<V> result = CallLoader(load.key, load.hash);
   std::move(release_slot).Cancel();  // FinishLoad releases it.
   return FinishLoad(load, std::move(result), started, key_bytes, lease_token);
@@ -2116,9 +1869,9 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
     Load& load, absl::StatusOr<V> result, int64_t started,
     const std::string* key_bytes, const std::string* lease_token,
     bool verdict) {
-  const int64_t finished = NowNanos();
-  slots_.Release(std::exchange(load.slot, 0));
-  recorder_.LoadFinished(load.kind, finished - started, result.status());
+  const int64_t finished = core_.NowNanos();
+  core_.slots.Release(std::exchange(load.slot, 0));
+  core_.recorder.LoadFinished(load.kind, finished - started, result.status());
   if constexpr (kShareable) {
     if (lease_token != nullptr) {
       FillTier(load, *key_bytes, *lease_token, result, started, finished,
@@ -2133,8 +1886,8 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
                                           const std::string* key_bytes,
                                           const std::string* lease_token) {
-  recorder_.LoadStarted(load.kind);
-  const int64_t started = NowNanos();
+  core_.recorder.LoadStarted(load.kind);
+  const int64_t started = core_.NowNanos();
   std::shared_ptr<AsyncLoad> state;
   std::optional<Completion<V>> completion;
   try {
@@ -2161,9 +1914,9 @@ void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
   // Called as a Loader is: a Get of this key from inside the call is
   // refused at once, instead of waiting for a completion that cannot come
   // before the call returns.
-  internal::LoadScope scope(this, state->load.hash, &state->key);
+  internal::LoadScope scope(&core_, state->load.hash, &state->key);
   try {
-    async_loader_(state->key, *std::move(completion));
+    core_.async_loader(state->key, *std::move(completion));
   } catch (const std::exception& e) {
     thrown = absl::InternalError(
         absl::StrCat("paddock: the asynchronous loader threw: ", e.what()));
@@ -2224,13 +1977,13 @@ Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
     progress.key_bytes = Codec<K>::Encode(load.key);
     progress.have_version = LocalVersion(load);
   } catch (...) {
-    recorder_.SharedError();
+    core_.recorder.SharedError();
     return LoadWithSlot(load, nullptr, nullptr);
   }
   // A caller waits for another process's fill as long as it would wait for
   // a local load; a background refresh as long as a load may take.
-  progress.budget =
-      load.caller_waits ? options_.wait_timeout : options_.max_load_age;
+  progress.budget = load.caller_waits ? core_.options.wait_timeout
+                                      : core_.options.max_load_age;
   progress.deadline = internal::IsForever(progress.budget)
                           ? std::chrono::steady_clock::time_point::max()
                           : std::chrono::steady_clock::now() +
@@ -2250,19 +2003,19 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
     // refresh, where an exception would end the process.
     std::optional<absl::StatusOr<SharedLookup>> answer;
     try {
-      answer.emplace(
-          tier_->Lookup(progress.key_bytes, progress.have_version,
-                        internal::LeaseHoldFor(options_.max_load_age)));
+      answer.emplace(core_.tier->Lookup(
+          progress.key_bytes, progress.have_version,
+          internal::LeaseHoldFor(core_.options.max_load_age)));
     } catch (...) {
     }
     if (!answer.has_value() || !answer->ok()) {
-      recorder_.SharedError();
+      core_.recorder.SharedError();
       return LoadWithSlot(load, nullptr, nullptr);
     }
     SharedLookup& lookup = **answer;
-    const int64_t now = NowNanos();
+    const int64_t now = core_.NowNanos();
     if (lookup.lease == SharedLookup::Lease::kGranted) {
-      recorder_.LeaseAcquired();
+      core_.recorder.LeaseAcquired();
       // A stale record the policy serves while one refresh runs (SoftTtl
       // within stale_for): this caller gets it at once, as the callers of
       // processes that hold a copy do, and the refresh runs behind it.
@@ -2275,7 +2028,7 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
           return ServeStaleAndRefresh(load, progress.key_bytes, lookup,
                                       *std::move(stale), now);
         }
-        recorder_.SharedError();  // Undecodable: this load replaces it.
+        core_.recorder.SharedError();  // Undecodable: this load replaces it.
       }
       if (lookup.record.has_value() && lookup.record->value.ok()) {
         KeepTierStandIn(load, *lookup.record, now);
@@ -2285,7 +2038,7 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
     const bool held_elsewhere =
         lookup.lease == SharedLookup::Lease::kHeldElsewhere;
     if (held_elsewhere && !progress.waited) {
-      recorder_.LeaseWait();
+      core_.recorder.LeaseWait();
       progress.waited = true;
     }
     if (lookup.record.has_value()) {
@@ -2295,7 +2048,7 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
         // Undecodable (another format, garbage): a miss. Ask once more as
         // the holder of that very version, which gets the lease, so that
         // this load replaces it.
-        recorder_.SharedError();
+        core_.recorder.SharedError();
         if (progress.asked_past_bad_record) {
           return LoadWithSlot(load, nullptr, nullptr);
         }
@@ -2305,21 +2058,21 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
       }
       if (!held_elsewhere ||
           (load.caller_waits && value->ok() && ServesStale(record, now))) {
-        recorder_.SharedHit();
+        core_.recorder.SharedHit();
         load.from_tier = &record;
         const bool remembered_error = !value->ok();
         return Complete(load, *std::move(value),
                         /*loader_ran=*/remembered_error, now, now);
       }
     } else if (!held_elsewhere) {
-      recorder_.SharedError();  // "Fresh", with nothing: a broken tier.
+      core_.recorder.SharedError();  // "Fresh", with nothing: a broken tier.
       return LoadWithSlot(load, nullptr, nullptr);
     }
     // Another process loads this key: wait for its fill, then ask again (a
     // holder that died lets the lease lapse, and this one may get it).
     // Unless this cache is being destroyed: its destructor waits for this
     // load, and should not wait for another process (up to max_load_age).
-    if (lifeline_->closing()) {
+    if (core_.lifeline->closing()) {
       return Complete(load,
                       absl::CancelledError(
                           "paddock: cache destroyed while waiting for another "
@@ -2328,7 +2081,7 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
     }
     const auto steady_now = std::chrono::steady_clock::now();
     if (steady_now >= progress.deadline) {
-      if (load.caller_waits) recorder_.WaitTimeout();
+      if (load.caller_waits) core_.recorder.WaitTimeout();
       load.stale_until_keep = load.caller_waits;
       return Complete(
           load,
@@ -2341,7 +2094,7 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
     // No load slot is held while another process loads (a refresh's
     // reservation goes back too): LoadWithSlot takes one if this process
     // is to load after all.
-    slots_.Release(std::exchange(load.slot, 0));
+    core_.slots.Release(std::exchange(load.slot, 0));
     const absl::Duration wait = std::min(
         {absl::FromChrono(progress.deadline - steady_now),
          lookup.lease_remaining + absl::Milliseconds(50), absl::Seconds(1)});
@@ -2354,9 +2107,9 @@ Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
       }
     }
     try {
-      tier_->AwaitChange(progress.key_bytes, wait);
+      core_.tier->AwaitChange(progress.key_bytes, wait);
     } catch (...) {
-      recorder_.SharedError();
+      core_.recorder.SharedError();
       return LoadWithSlot(load, nullptr, nullptr);
     }
   }
@@ -2369,7 +2122,7 @@ bool Cache<K, V, P, H, E>::ParkFleetLoad(Load& load,
   auto next = std::make_unique<LoadTask>(this, load.key, load.hash, load.kind);
   next->ContinueAfterPark(load, progress);
   LoadTask* const unparked = next.get();
-  internal::FleetWaits::Wake wake = [this, lifeline = lifeline_,
+  internal::FleetWaits::Wake wake = [this, lifeline = core_.lifeline,
                                      next = std::move(next)]() mutable {
     // On the tier's thread (a change) or FleetWaits' (a time): the next
     // step runs on the executor. A cache being destroyed gets nothing:
@@ -2382,7 +2135,7 @@ bool Cache<K, V, P, H, E>::ParkFleetLoad(Load& load,
   bool parked = false;
   try {
     parked = internal::FleetWaits::Process().Park(
-        tier_, progress.key_bytes, lifeline_.get(), since, at, wake);
+        core_.tier, progress.key_bytes, core_.lifeline.get(), since, at, wake);
   } catch (...) {
     unparked->Disarm();  // The load goes on here: `next` must not end it.
     throw;
@@ -2397,23 +2150,23 @@ Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const std::string* key_bytes,
                                    const std::string* lease_token) {
   if (load.slot == 0 && !load.caller_waits && load.kind == LoadKind::kRefresh) {
     // Only a refresh: skipped if no slot is free and nobody waits for it.
-    load.slot = slots_.TryAcquire(NowNanos());
+    load.slot = core_.slots.TryAcquire(core_.NowNanos());
     if (load.slot == 0 && SkipRefresh(load)) {
       GiveBackLease(key_bytes, lease_token);
       return std::nullopt;
     }
   }
   if (load.slot == 0) {
-    load.slot = AcquireSlot();
+    load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
       GiveBackLease(key_bytes, lease_token);
-      const int64_t now = NowNanos();
+      const int64_t now = core_.NowNanos();
       return Complete(load,
-                      lifeline_->closing()
+                      core_.lifeline->closing()
                           ? absl::CancelledError(
                                 "paddock: cache destroyed before this load "
                                 "took a load slot")
-                          : NoSlotError(),
+                          : core_.NoSlotError(),
                       /*loader_ran=*/false, now, now);
     }
   }
@@ -2425,11 +2178,11 @@ void Cache<K, V, P, H, E>::GiveBackLease(
     const std::string* key_bytes, const std::string* lease_token) noexcept {
   if (lease_token == nullptr) return;
   try {
-    if (!tier_->Release(*key_bytes, *lease_token).ok()) {
-      recorder_.SharedError();
+    if (!core_.tier->Release(*key_bytes, *lease_token).ok()) {
+      core_.recorder.SharedError();
     }
   } catch (...) {
-    recorder_.SharedError();  // A tier that throws: the lease lapses.
+    core_.recorder.SharedError();  // A tier that throws: the lease lapses.
   }
 }
 
@@ -2439,7 +2192,7 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::DecodeRecord(
   if (!record.value.ok()) return record.value.status();  // The fleet's error.
   // Larger than this process may store (written by a process with a larger
   // limit): a miss, like an undecodable record.
-  if (record.value->size() > tier_->max_value_bytes()) return std::nullopt;
+  if (record.value->size() > core_.tier->max_value_bytes()) return std::nullopt;
   try {
     absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
     if (decoded.ok()) return decoded;
@@ -2461,17 +2214,17 @@ Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
   // a stale hit starts does (and finds another process refreshing, if one
   // took the lease meanwhile). Kept, the refresh would wait for it.
   GiveBackLease(&key_bytes, &lookup.lease_token);
-  recorder_.SharedHit();
+  core_.recorder.SharedHit();
   load.from_tier = &*lookup.record;
   Outcome outcome =
       Complete(load, std::move(stale), /*loader_ran=*/false, now, now);
   // Stored now, unless a write superseded it: refresh that very entry.
-  if (lifeline_->closing()) return outcome;
+  if (core_.lifeline->closing()) return outcome;
   std::optional<LoadTask> refresh;
   {
-    Shard& shard = ShardFor(load.hash);
+    Shard& shard = core_.ShardFor(load.hash);
     internal::EpochGuard guard;
-    Entry* n = shard.Find(load.hash, load.key, lookup_eq());
+    Entry* n = shard.Find(load.hash, load.key, core_.lookup_eq());
     const std::string* version = n != nullptr ? n->shared_version() : nullptr;
     if (version != nullptr && *version == lookup.record->version &&
         !n->refreshing.exchange(true)) {
@@ -2498,10 +2251,10 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
   try {
     if (result.ok()) {
       // The schedule the local entry gets too.
-      const Lifetime life = LifetimeFor(took);
+      const Lifetime life = core_.LifetimeFor(took);
       load.lifetime = life;
       std::string bytes = Codec<V>::Encode(*result);
-      if (bytes.size() > tier_->max_value_bytes()) {
+      if (bytes.size() > core_.tier->max_value_bytes()) {
         // Served and stored here only; the others may load it themselves.
         GiveBackLease(&key_bytes, &lease_token);
         return;
@@ -2512,10 +2265,10 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
                         .serve_on_error_for = life.serve_on_error_for,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
-    } else if (options_.error_ttl > absl::ZeroDuration() && verdict &&
+    } else if (core_.options.error_ttl > absl::ZeroDuration() && verdict &&
                load.kind != LoadKind::kRefresh && !load.tier_stands_in) {
       fill = SharedFill{.value = result.status(),
-                        .keep_for = options_.error_ttl,
+                        .keep_for = core_.options.error_ttl,
                         .load_duration = took,
                         .version = internal::NewSharedVersion()};
     } else {
@@ -2532,18 +2285,18 @@ void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
     // Encoding failed: nothing to write. The lease goes back, as for a value
     // too large to share: kept, it would be extended for hold_for while the
     // others wait for a fill that never comes.
-    recorder_.SharedError();
+    core_.recorder.SharedError();
     GiveBackLease(&key_bytes, &lease_token);
     return;
   }
   std::optional<absl::StatusOr<bool>> filled;
   try {
-    filled.emplace(tier_->Fill(key_bytes, lease_token, fill));
+    filled.emplace(core_.tier->Fill(key_bytes, lease_token, fill));
   } catch (...) {
     // A tier that throws (see Lookup): the lease lapses.
   }
   if (!filled.has_value() || !filled->ok()) {
-    recorder_.SharedError();  // Stored here all the same.
+    core_.recorder.SharedError();  // Stored here all the same.
   } else if (!**filled) {
     // A Put or Invalidate somewhere (or a lapse) took the lease: like a
     // local write during a load, it wins; this result goes only to its
@@ -2560,13 +2313,13 @@ void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
                                            int64_t now) noexcept {
   if (record.age >= record.serve_on_error_for) return;
   load.tier_stands_in = true;
-  Shard& shard = ShardFor(load.hash);
+  Shard& shard = core_.ShardFor(load.hash);
   internal::EpochGuard guard;
   // Destroyed after the lock, if not stored.
   std::unique_ptr<Entry> fresh;
   size_t evicted = 0;
   try {
-    Entry* current = shard.Find(load.hash, load.key, lookup_eq());
+    Entry* current = shard.Find(load.hash, load.key, core_.lookup_eq());
     if (current != nullptr && current->has_value()) return;  // Its own does.
     {  // The decoded value (moved from) is destroyed before the lock.
       std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
@@ -2575,7 +2328,7 @@ void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
           EntryFromTier(load.key, load.hash, **std::move(value), record, now);
     }
     Writer w(shard);
-    if (shard.Find(load.hash, load.key, lookup_eq()) != current) return;
+    if (shard.Find(load.hash, load.key, core_.lookup_eq()) != current) return;
     // Only while this load still owns the key (no Put, no Invalidate since),
     // and without giving up that ownership: the load stores after it.
     if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
@@ -2585,7 +2338,7 @@ void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
   } catch (...) {
     // Eq, V's copy or an allocation threw: no stand-in; the load runs.
   }
-  recorder_.Evicted(evicted);
+  core_.recorder.Evicted(evicted);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2598,14 +2351,15 @@ bool Cache<K, V, P, H, E>::ServesStale(const SharedRecord& record,
       absl::FromUnixNanos(loaded_at),
       absl::FromUnixNanos(internal::AddSaturated(loaded_at, record.fresh_for)),
       record.load_duration, /*refresh_in_flight=*/true};
-  return policy_.Decide(state, absl::FromUnixNanos(now), rng_) !=
+  return core_.policy.Decide(state, absl::FromUnixNanos(now), core_.rng) !=
          Decision::kLoad;
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::string Cache<K, V, P, H, E>::LocalVersion(const Load& load) const {
   internal::EpochGuard guard;
-  const Entry* n = ShardFor(load.hash).Find(load.hash, load.key, lookup_eq());
+  const Entry* n =
+      core_.ShardFor(load.hash).Find(load.hash, load.key, core_.lookup_eq());
   const std::string* version = n != nullptr ? n->shared_version() : nullptr;
   return version != nullptr ? *version : std::string();
 }
@@ -2631,7 +2385,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   // However the load ended (its loader returned, the shared tier answered,
   // a wait timed out), a slot it still holds goes back now: one kept past
   // here would count against max_concurrent_loads until it aged out.
-  slots_.Release(std::exchange(load.slot, 0));
+  core_.slots.Release(std::exchange(load.slot, 0));
   Outcome outcome{std::move(result)};
   // If storing fails, publish anyway: a waiter may have joined.
   bool publish = true;
@@ -2666,7 +2420,7 @@ void Cache<K, V, P, H, E>::EndUnstored(Load& load) noexcept {
   if (internal::PendingLoad<Flight>* pending = load.pending) {
     // Still registered, perhaps: unregistered here, so that its flight (if
     // anyone joined) is final and nobody joins it after this.
-    Shard& shard = ShardFor(load.hash);
+    Shard& shard = core_.ShardFor(load.hash);
     Writer w(shard);
     if constexpr (P::kCoalesceLoads) {
       shard.ForgetPending(w, pending);
@@ -2686,7 +2440,7 @@ void Cache<K, V, P, H, E>::EndUnstored(Load& load) noexcept {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 bool Cache<K, V, P, H, E>::EndRefreshUnstored(const Load& load,
                                               bool unless_joined) {
-  Shard& shard = ShardFor(load.hash);
+  Shard& shard = core_.ShardFor(load.hash);
   internal::EpochGuard guard;
   Writer w(shard);
   // Joined under this lock: once unregistered, nobody joins any more.
@@ -2698,7 +2452,7 @@ bool Cache<K, V, P, H, E>::EndRefreshUnstored(const Load& load,
   // between and lose its own mark.
   if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
                          /*drop=*/P::kCoalesceLoads)) {
-    if (Entry* current = shard.Find(load.hash, load.key, lookup_eq())) {
+    if (Entry* current = shard.Find(load.hash, load.key, core_.lookup_eq())) {
       current->refreshing.store(false, std::memory_order_relaxed);
     }
   }
@@ -2716,7 +2470,7 @@ bool Cache<K, V, P, H, E>::SkipRefresh(const Load& load) noexcept {
       return false;  // A key comparison threw: it ends the usual way.
     }
     load.flight->Abandon();
-    recorder_.RefreshSkipped();
+    core_.recorder.RefreshSkipped();
     return true;
   }
 }
@@ -2753,13 +2507,13 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
                                         bool loader_ran, int64_t started,
                                         int64_t finished) {
-  Shard& shard = ShardFor(load.hash);
+  Shard& shard = core_.ShardFor(load.hash);
   const K& key = load.key;
   // Held from the lock-free look at the current entry to the locked check
   // that it is still current, so that an address cannot be reused between.
   internal::EpochGuard guard;
   for (;;) {
-    Entry* current = shard.Find(load.hash, key, lookup_eq());
+    Entry* current = shard.Find(load.hash, key, core_.lookup_eq());
     // Everything that copies V or calls the policy happens before the lock.
     std::unique_ptr<Entry> fresh;
     std::optional<Outcome> fallback;
@@ -2772,7 +2526,7 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
                   : NewEntry(key, load.hash, *outcome.value, finished - started,
                              finished, load.lifetime);
       if (!load.version.empty()) {
-        fresh->mutable_extras(fixed_times_).shared_version = load.version;
+        fresh->mutable_extras(core_.fixed_times).shared_version = load.version;
       }
     } else {
       const bool has_value = current != nullptr && current->has_value();
@@ -2780,8 +2534,8 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
       const bool stand_in =
           has_value &&
           finished < (load.stale_until_keep
-                          ? current->keep_until(fixed_times_)
-                          : current->stale_if_error_until(fixed_times_));
+                          ? current->keep_until(core_.fixed_times)
+                          : current->stale_if_error_until(core_.fixed_times));
       // A failed refresh never takes away the value it was refreshing.
       const bool keep_value =
           stand_in || (has_value && load.kind == LoadKind::kRefresh);
@@ -2793,23 +2547,23 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
             load.hash, key, current, keep_value, outcome.value.status(),
             stored_at -
                 internal::ToNanosSaturated(load.from_tier->load_duration),
-            stored_at, load.from_tier->keep_for, fixed_times_);
-      } else if (loader_ran && options_.error_ttl > absl::ZeroDuration()) {
+            stored_at, load.from_tier->keep_for, core_.fixed_times);
+      } else if (loader_ran && core_.options.error_ttl > absl::ZeroDuration()) {
         // Negative caching: no loader call for this key until error_until.
         fresh = internal::MakeErrorEntry(
             load.hash, key, current, keep_value, outcome.value.status(),
-            started, finished, options_.error_ttl, fixed_times_);
+            started, finished, core_.options.error_ttl, core_.fixed_times);
       }
       if (stand_in) {
-        fallback =
-            Outcome{current->value(), true, current->loaded_at(fixed_times_)};
+        fallback = Outcome{current->value(), true,
+                           current->loaded_at(core_.fixed_times)};
       }
     }
     size_t evicted = 0;
     bool joined;
     {
       Writer w(shard);
-      if (shard.Find(load.hash, key, lookup_eq()) != current)
+      if (shard.Find(load.hash, key, core_.lookup_eq()) != current)
         continue;  // Look again.
       // Store only if no Put, Invalidate or newer load superseded this one.
       // An uncoalesced load leaves the registration to the loads still
@@ -2835,7 +2589,7 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
         current->refreshing.store(false, std::memory_order_relaxed);
       }
     }
-    recorder_.Evicted(evicted);
+    core_.recorder.Evicted(evicted);
     if (fallback.has_value()) outcome = *std::move(fallback);
     return joined;
   }
@@ -2850,14 +2604,14 @@ Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
   n->emplace_value(std::move(value));
   if constexpr (kFixedLifetime) {
     // Every lifetime is the fixed one (LifetimeFor gave `given` too).
-    if (fixed_times_exact_) {
-      n->SetFixedTimes(now, load_duration, fixed_times_);
+    if (core_.fixed_times_exact) {
+      n->SetFixedTimes(now, load_duration, core_.fixed_times);
       return n;
     }
   }
-  const Lifetime life = given.has_value()
-                            ? *given
-                            : LifetimeFor(absl::Nanoseconds(load_duration));
+  const Lifetime life =
+      given.has_value() ? *given
+                        : core_.LifetimeFor(absl::Nanoseconds(load_duration));
   n->SetTimes({.loaded_at = now,
                .quiet_until = internal::AddSaturated(now, life.quiet_for),
                .expires_at = internal::AddSaturated(now, life.expires_after),
@@ -2865,7 +2619,7 @@ Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
                .stale_if_error_until =
                    internal::AddSaturated(now, life.serve_on_error_for),
                .load_duration = load_duration},
-              fixed_times_);
+              core_.fixed_times);
   return n;
 }
 
@@ -2875,14 +2629,14 @@ Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
                                     const SharedRecord& record, int64_t now) {
   // The quiet window is the hit path's business, not the fleet's: this
   // policy's, within the record's freshness.
-  const absl::Duration quiet =
-      std::min(LifetimeFor(record.load_duration).quiet_for, record.fresh_for);
+  const absl::Duration quiet = std::min(
+      core_.LifetimeFor(record.load_duration).quiet_for, record.fresh_for);
   // Counted from when the tier stored it, by the tier's clock, so that
   // processes whose clocks disagree agree on what is fresh.
   const int64_t loaded_at = now - internal::ToNanosSaturated(record.age);
   auto n = std::make_unique<Entry>(hash, key);
   n->emplace_value(std::move(value));
-  n->mutable_extras(fixed_times_).shared_version = record.version;
+  n->mutable_extras(core_.fixed_times).shared_version = record.version;
   n->SetTimes(
       {.loaded_at = loaded_at,
        .quiet_until = internal::AddSaturated(loaded_at, quiet),
@@ -2891,7 +2645,7 @@ Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
        .stale_if_error_until =
            internal::AddSaturated(loaded_at, record.serve_on_error_for),
        .load_duration = internal::ToNanosSaturated(record.load_duration)},
-      fixed_times_);
+      core_.fixed_times);
   return n;
 }
 
@@ -2912,22 +2666,23 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
   std::shared_ptr<Flight> flight;
   {
     Writer w(shard);
-    const int64_t now = NowNanos();
+    const int64_t now = core_.NowNanos();
     // `n` cannot have been freed (the caller's guard), so an equal address
     // is the same entry.
-    if (shard.Find(hash, key, lookup_eq()) != n) {
+    if (shard.Find(hash, key, core_.lookup_eq()) != n) {
       unneeded = true;
-    } else if (shard.HasLiveFlight(key, hash, now, max_load_age_)) {
+    } else if (shard.HasLiveFlight(key, hash, now, core_.max_load_age)) {
       // One load per key; the one in flight replaces `n` when it stores.
       // `n` stays marked, so its later hits do not come here again.
       std::move(refreshable).Cancel();
       unneeded = true;
-    } else if (const internal::LoadSlots::Ticket slot = slots_.TryReserve(now);
+    } else if (const internal::LoadSlots::Ticket slot =
+                   core_.slots.TryReserve(now);
                slot == 0) {
       const_cast<Entry*>(n)->refreshing.store(false, std::memory_order_relaxed);
       skipped = true;
     } else {
-      absl::Cleanup release_slot = [&] { slots_.Release(slot); };
+      absl::Cleanup release_slot = [&] { core_.slots.Release(slot); };
       flight = std::make_shared<Flight>(key, hash, now, Flight::State::kQueued,
                                         slot);
       shard.Register(w, key, hash, flight);
@@ -2942,17 +2697,17 @@ void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
   }
   if (skipped) {
     task.reset();
-    recorder_.RefreshSkipped();
+    core_.recorder.RefreshSkipped();
     return;
   }
-  recorder_.RefreshStarted();
+  core_.recorder.RefreshStarted();
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::Schedule(LoadTask task) noexcept {
   try {
     // Outside every lock and guard: an executor may run the task inline.
-    executor()->Schedule(std::move(task));
+    core_.executor()->Schedule(std::move(task));
   } catch (...) {
     // The executor could not be made or refused the task, which it then
     // destroyed unrun (or `task` is destroyed here): either way the refresh
@@ -2961,32 +2716,22 @@ void Cache<K, V, P, H, E>::Schedule(LoadTask task) noexcept {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Executor* Cache<K, V, P, H, E>::executor() {
-  if (options_.executor != nullptr) return options_.executor;
-  std::call_once(pool_once_, [&] {
-    const int threads = static_cast<int>(
-        std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
-    pool_ = std::make_unique<ThreadPool>(threads);
-  });
-  return pool_.get();
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 template <typename Q>
 std::optional<V> Cache<K, V, P, H, E>::GetIfPresentAny(const Q& key) const {
-  const size_t hash = HashOf(key);
+  const size_t hash = core_.HashOf(key);
   internal::EpochGuard guard;
-  const Entry* n = ShardFor(hash).Find(hash, key, lookup_eq());
+  const Entry* n = core_.ShardFor(hash).Find(hash, key, core_.lookup_eq());
   if (n == nullptr || !n->has_value()) return std::nullopt;
-  const int64_t now = NowNanos();
-  if (now < n->keep_until(fixed_times_) &&
+  const int64_t now = core_.NowNanos();
+  if (now < n->keep_until(core_.fixed_times) &&
       (now < n->quiet_until ||
-       policy_.Decide(StateOf(n), absl::FromUnixNanos(now), rng_) !=
-           Decision::kLoad)) {
-    MarkVisited(n);
+       core_.policy.Decide(core_.StateOf(n), absl::FromUnixNanos(now),
+                           core_.rng) != Decision::kLoad)) {
+    core_.MarkVisited(n);
     return n->value();
   }
-  if (now < n->error_until() && now < n->stale_if_error_until(fixed_times_)) {
+  if (now < n->error_until() &&
+      now < n->stale_if_error_until(core_.fixed_times)) {
     return n->value();
   }
   return std::nullopt;
@@ -2994,25 +2739,26 @@ std::optional<V> Cache<K, V, P, H, E>::GetIfPresentAny(const Q& key) const {
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::Put(const K& key, V value) {
-  const size_t hash = HashOf(key);
-  Shard& shard = ShardFor(hash);
+  const size_t hash = core_.HashOf(key);
+  Shard& shard = core_.ShardFor(hash);
   // The entry is built before the lock. It inherits the last load's duration
   // (XFetch's Δ), read without the lock: a load finishing meanwhile only
   // makes that estimate one load older.
   int64_t load_duration = 0;
   {
     internal::EpochGuard guard;
-    if (const Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
-      load_duration = n->load_duration(fixed_times_);
+    if (const Entry* n = shard.Find(hash, key, core_.lookup_eq());
+        n != nullptr) {
+      load_duration = n->load_duration(core_.fixed_times);
     }
   }
-  const int64_t now = StoreNowNanos();
-  const Lifetime life = LifetimeFor(absl::Nanoseconds(load_duration));
+  const int64_t now = core_.StoreNowNanos();
+  const Lifetime life = core_.LifetimeFor(absl::Nanoseconds(load_duration));
   // With a shared tier, the value's bytes and version, before V moves.
   std::optional<std::string> bytes;
   std::string version;
   if constexpr (kShareable) {
-    if (tier_ != nullptr) {
+    if (core_.tier != nullptr) {
       version = internal::NewSharedVersion();
       bytes.emplace(Codec<V>::Encode(value));
     }
@@ -3020,18 +2766,18 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   std::unique_ptr<Entry> fresh =
       NewEntry(key, hash, std::move(value), load_duration, now, life);
   if (!version.empty()) {
-    fresh->mutable_extras(fixed_times_).shared_version = version;
+    fresh->mutable_extras(core_.fixed_times).shared_version = version;
   }
   size_t evicted;
   {
     Writer w(shard);
     shard.DropFlight(w, key, hash);  // Its result must not overwrite this.
-    Entry* current = shard.Find(hash, key, lookup_eq());
+    Entry* current = shard.Find(hash, key, core_.lookup_eq());
     evicted = shard.Store(w, current, std::move(fresh), now);
   }
-  recorder_.Evicted(evicted);
+  core_.recorder.Evicted(evicted);
   if constexpr (kShareable) {
-    if (tier_ != nullptr) {
+    if (core_.tier != nullptr) {
       PutThrough(key, &*bytes, life, load_duration, version);
       // A load of this key registered after the drop above asked the tier
       // before this write reached it, and may have stored the record this
@@ -3040,7 +2786,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
       // `Get` takes the tier's record.
       Writer w(shard);
       shard.DropFlight(w, key, hash);
-      if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr) {
+      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
         const std::string* stored = n->shared_version();
         if (stored == nullptr || *stored != version) shard.Unlink(w, n);
       }
@@ -3054,34 +2800,36 @@ void Cache<K, V, P, H, E>::PutThrough(const K& key,
                                       const Lifetime& life,
                                       int64_t load_duration,
                                       const std::string& version) {
-  const uint64_t origin = subscription_->id();
+  const uint64_t origin = core_.subscription->id();
   const std::string key_bytes = Codec<K>::Encode(key);
   absl::Status written;
-  if (value_bytes->size() > tier_->max_value_bytes()) {
+  if (value_bytes->size() > core_.tier->max_value_bytes()) {
     // Too large for the tier: at least take the old value out of it.
-    written = tier_->Invalidate(key_bytes, origin);
+    written = core_.tier->Invalidate(key_bytes, origin);
   } else {
-    written =
-        tier_->Put(key_bytes,
-                   SharedFill{.value = *value_bytes,
-                              .fresh_for = life.expires_after,
-                              .keep_for = life.keep_for,
-                              .serve_on_error_for = life.serve_on_error_for,
-                              .load_duration = absl::Nanoseconds(load_duration),
-                              .version = version},
-                   origin);
+    written = core_.tier->Put(
+        key_bytes,
+        SharedFill{.value = *value_bytes,
+                   .fresh_for = life.expires_after,
+                   .keep_for = life.keep_for,
+                   .serve_on_error_for = life.serve_on_error_for,
+                   .load_duration = absl::Nanoseconds(load_duration),
+                   .version = version},
+        origin);
   }
-  if (!written.ok()) recorder_.SharedError();
+  if (!written.ok()) core_.recorder.SharedError();
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::Invalidate(const K& key) {
-  const size_t hash = HashOf(key);
+  const size_t hash = core_.HashOf(key);
   InvalidateLocally(key, hash);
   if constexpr (kShareable) {
-    if (tier_ != nullptr) {
-      if (!tier_->Invalidate(Codec<K>::Encode(key), subscription_->id()).ok()) {
-        recorder_.SharedError();
+    if (core_.tier != nullptr) {
+      if (!core_.tier
+               ->Invalidate(Codec<K>::Encode(key), core_.subscription->id())
+               .ok()) {
+        core_.recorder.SharedError();
       }
       // Again: a `Get` between the first removal and the tier's may have
       // taken the record the tier still held and stored it here, and the
@@ -3093,10 +2841,10 @@ void Cache<K, V, P, H, E>::Invalidate(const K& key) {
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::InvalidateLocally(const K& key, size_t hash) {
-  Shard& shard = ShardFor(hash);
+  Shard& shard = core_.ShardFor(hash);
   Writer w(shard);
   shard.DropFlight(w, key, hash);
-  if (Entry* n = shard.Find(hash, key, lookup_eq()); n != nullptr)
+  if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr)
     shard.Unlink(w, n);
 }
 
@@ -3107,8 +2855,8 @@ void Cache<K, V, P, H, E>::InvalidateAll() {
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::InvalidateAllLocally() {
-  for (size_t i = 0; i < shard_count_; ++i) {
-    Shard& shard = shards_[i];
+  for (size_t i = 0; i < core_.shard_count; ++i) {
+    Shard& shard = core_.shards[i];
     Writer w(shard);
     shard.DropAllFlights(w);
     shard.UnlinkAll(w);
@@ -3118,7 +2866,8 @@ void Cache<K, V, P, H, E>::InvalidateAllLocally() {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 size_t Cache<K, V, P, H, E>::size() const {
   size_t total = 0;
-  for (size_t i = 0; i < shard_count_; ++i) total += shards_[i].size();
+  for (size_t i = 0; i < core_.shard_count; ++i)
+    total += core_.shards[i].size();
   return total;
 }
 
@@ -3128,8 +2877,8 @@ size_t Cache<K, V, P, H, E>::loads_in_flight() const {
     return 0;  // Uncoalesced loads register only to see writes.
   } else {
     size_t total = 0;
-    for (size_t i = 0; i < shard_count_; ++i) {
-      Shard& shard = shards_[i];
+    for (size_t i = 0; i < core_.shard_count; ++i) {
+      Shard& shard = core_.shards[i];
       Writer w(shard);
       total += shard.live_flights();
     }
