@@ -69,6 +69,7 @@
 #include "paddock/codec.h"
 #include "paddock/completion.h"
 #include "paddock/executor.h"
+#include "paddock/internal/admission.h"
 #include "paddock/internal/async_waiters.h"
 #include "paddock/internal/await_state.h"
 #include "paddock/internal/cache_core.h"
@@ -397,6 +398,7 @@ class Cache {
   using Flight = typename Core::Flight;
   using Shard = typename Core::Shard;
   using Writer = typename Core::Writer;
+  using AdmitAs = internal::AdmitAs<Flight>;
   using LoadStart = typename Core::LoadStart;
 
   // One load of one key, from its registration to its completion: the key,
@@ -1304,32 +1306,12 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
         answer = Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
-        if constexpr (P::kCoalesceLoads) {
-          flight = shard.LiveFlight(key, hash, now, core_.max_load_age);
-          if (flight == nullptr) {
-            // A load of this key hung on an executor thread: wait for it
-            // (until wait_timeout) rather than hang another thread beside
-            // it. (A blocking Get starts a fresh load on its own thread.)
-            flight = shard.ExecutorFlight(key, hash);
-          }
-          if (flight == nullptr) {
-            // Queued until the executor (or a blocking caller) claims it.
-            flight = std::make_shared<Flight>(
-                key, hash, now,
-                start_here ? Flight::State::kRunning : Flight::State::kQueued);
-            shard.Register(w, key, hash, flight);
-            lead = true;
-          }
-          flight->Join();
-        } else {
-          flight = shard.JoinRunners(key, hash, now);
-          if (flight == nullptr) {
-            flight = std::make_shared<Flight>(key, hash, now,
-                                              Flight::State::kRunning);
-            shard.Register(w, key, hash, flight);
-          }
-          lead = true;
-        }
+        internal::Joined<Flight> joined =
+            internal::RegisterOrJoin<P::kCoalesceLoads>(
+                w, shard, key, hash, now, core_.max_load_age,
+                AdmitAs::GetAsync(start_here), /*pending=*/nullptr);
+        lead = joined.role != internal::Role::kJoin;
+        flight = std::move(joined.flight);
       }
     }
     if (answer.served != Answer::Served::kNothing) {
@@ -1564,7 +1546,6 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     return absl::FailedPreconditionError(
         "paddock: the loader called Get for the key it is loading");
   }
-  std::shared_ptr<Flight> flight;
   // This caller's load, if it leads one on this thread from start to end
   // (a blocking loader): registered without a flight until someone joins.
   internal::PendingLoad<Flight> pending;
@@ -1574,23 +1555,14 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
   // and whoever joined gets an answer.
   absl::Cleanup abandon = [&] {
     if (!pending_registered || pending.completed) return;
-    {
-      Writer w(shard);
-      if constexpr (P::kCoalesceLoads) {
-        shard.ForgetPending(w, &pending);
-      } else {
-        shard.ForgetRunner(w, &pending);
-        return;  // Nobody waits for an uncoalesced load but its caller.
-      }
-    }
-    if (pending.flight != nullptr) {
-      PublishTo(*pending.flight,
+    if (const std::shared_ptr<Flight> waited_on =
+            internal::AbandonPending<P::kCoalesceLoads>(shard, &pending)) {
+      PublishTo(*waited_on,
                 {absl::InternalError("paddock: the load ended by an exception "
                                      "before it completed")});
     }
   };
-  LoadKind kind = LoadKind::kForeground;
-  bool lead = false;
+  internal::Joined<Flight> joined;
   Answer answer;
   LoadStart start;
   int64_t now;
@@ -1612,51 +1584,10 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
         answer = Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
-        if constexpr (P::kCoalesceLoads) {
-          if (!core_.async_loader) {
-            pending.started_at = now;
-            flight = shard.LiveFlightOrRegister(w, key, hash, now,
-                                                core_.max_load_age, &pending);
-            pending_registered = flight == nullptr;
-          } else {
-            flight = shard.LiveFlight(key, hash, now, core_.max_load_age);
-          }
-          if (flight == nullptr) {
-            // None in flight, or the one in flight is done or too old to
-            // wait for: it keeps running but will no longer store.
-            if (core_.async_loader) {
-              flight = std::make_shared<Flight>(key, hash, now,
-                                                Flight::State::kRunning);
-              shard.Register(w, key, hash, flight);
-            }
-            lead = true;
-          } else if (flight->TryClaim(now)) {
-            // A load still queued on the executor (a refresh, which reserved
-            // a slot, or a GetAsync caller's): run it here rather than wait
-            // for the executor, which may be busy with this very caller.
-            if (flight->slot() != 0) kind = LoadKind::kRefresh;
-            lead = true;
-          } else {
-            flight->Join();
-          }
-        } else {
-          // Every caller loads; concurrent loads of a key share a
-          // registration only to learn whether a write superseded them. A
-          // blocking loader's first runner registers pending, as above.
-          if (!core_.async_loader) {
-            pending.started_at = now;
-            flight = shard.JoinRunnersOrRegister(w, key, hash, now, &pending);
-            pending_registered = flight == nullptr;
-          } else {
-            flight = shard.JoinRunners(key, hash, now);
-            if (flight == nullptr) {
-              flight = std::make_shared<Flight>(key, hash, now,
-                                                Flight::State::kRunning);
-              shard.Register(w, key, hash, flight);
-            }
-          }
-          lead = true;
-        }
+        joined = internal::RegisterOrJoin<P::kCoalesceLoads>(
+            w, shard, key, hash, now, core_.max_load_age,
+            AdmitAs::Get(/*blocking_loader=*/!core_.async_loader), &pending);
+        pending_registered = joined.role == internal::Role::kLeadPending;
       }
     }
     if (answer.served != Answer::Served::kNothing) {
@@ -1672,9 +1603,9 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     return *std::move(result);
   }
   core_.recorder.Miss();
-  if (!lead) {
+  if (joined.role == internal::Role::kJoin) {
     core_.recorder.CoalescedWait();
-    return Wait(flight, shard, key, hash);
+    return Wait(joined.flight, shard, key, hash);
   }
   // Nothing between here and the loader call waits (no load slot to take, no
   // shared tier to ask): the load starts at `now`, to the clock's eye.
@@ -1685,6 +1616,9 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
   }
   // A claimed refresh's reservation, if no load took it; else Lead waits
   // for a slot, as this caller needs the value.
+  const LoadKind kind =
+      joined.claimed_refresh ? LoadKind::kRefresh : LoadKind::kForeground;
+  std::shared_ptr<Flight> flight = std::move(joined.flight);
   const internal::LoadSlots::Ticket slot =
       kind == LoadKind::kRefresh
           ? core_.slots.Restart(flight->slot(), core_.NowNanos())

@@ -49,6 +49,7 @@ template <typename K, typename V, typename Flight, typename Hash, typename Eq,
 class alignas(64) Shard {
  public:
   using Node = Entry<K, V, kLayout>;
+  using FlightType = Flight;
   using Pending = PendingLoad<Flight>;
   using FlightSet = InFlightSet<K, Flight, Eq>;
   using Registered = typename FlightSet::Entry;
@@ -114,6 +115,10 @@ class alignas(64) Shard {
   size_t size() const { return size_.load(std::memory_order_relaxed); }
 
   // -- The writer's operations: hold a Writer on this shard. --
+
+  // The mutex a Writer holds: for the annotations of functions outside the
+  // shard that take a Writer (ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mutex())).
+  const ShortMutex& mutex() const ABSL_LOCK_RETURNED(mu_) { return mu_; }
 
   // The load of `key` registered now, if it is not done and either still
   // queued (it cannot hang before it starts: whoever needs it claims it) or
