@@ -76,17 +76,21 @@
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
+#include "paddock/internal/fleet_path.h"
 #include "paddock/internal/fleet_waits.h"
 #include "paddock/internal/flight.h"
 #include "paddock/internal/hash_mix.h"
 #include "paddock/internal/lifeline.h"
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/load_stack.h"
+#include "paddock/internal/load_state.h"
 #include "paddock/internal/recorder.h"
 #include "paddock/internal/seed.h"
 #include "paddock/internal/shard.h"
 #include "paddock/internal/ticks.h"
+#include "paddock/internal/tier_subscriber.h"
 #include "paddock/internal/time_math.h"
+#include "paddock/internal/writes.h"
 #include "paddock/key_hash.h"
 #include "paddock/listener.h"
 #include "paddock/options.h"
@@ -401,53 +405,12 @@ class Cache {
   using AdmitAs = internal::AdmitAs<Flight>;
   using LoadStart = typename Core::LoadStart;
 
-  // One load of one key, from its registration to its completion: the key,
-  // its flight (registered in the key's shard), why it runs and the load
-  // slot it holds (0: none yet).
-  struct Load {
-    const K& key;
-    size_t hash;
-    std::shared_ptr<Flight> flight;
-    LoadKind kind;
-    internal::LoadSlots::Ticket slot = 0;
-    // A caller waits for this outcome (not a background refresh).
-    bool caller_waits = false;
-    // What the shared-tier path learned, for storing the outcome:
-    const SharedRecord* from_tier = nullptr;  // The value came from here.
-    std::optional<Lifetime> lifetime = {};  // The schedule written to the tier.
-    std::string version = {};               // The tier's name for the value.
-    bool lease_lost = false;  // The fill lost its lease: store none.
-    // The lease was granted over a record whose value still stands in for
-    // errors: a failure is not filled over it (see KeepTierStandIn).
-    bool tier_stands_in = false;
-    // On failure, stand in with a value the policy still keeps (as for a
-    // caller whose wait timed out), not only one it serves on errors.
-    bool stale_until_keep = false;
-    // An uncoalesced load's own rendezvous with its caller (its registered
-    // flight is shared with the key's other loads).
-    std::shared_ptr<Flight> delivery = nullptr;
-    // When the load starts, if its caller read the clock just before with
-    // nothing to wait for in between (saves a clock read per miss).
-    std::optional<int64_t> starts_at = std::nullopt;
-    // Instead of `flight`: a foreground load registered without one, which
-    // the first caller to join makes (internal/shard.h).
-    internal::PendingLoad<Flight>* pending = nullptr;
-    // Run by a task on the executor: a wait for another process's fill
-    // parks it (internal/fleet_waits.h) and gives the thread back, where a
-    // blocking caller waits on its own thread.
-    bool parkable = false;
-  };
-
-  // Where a load that asks the shared tier stands between two lookups, so
-  // that one parked for another process's fill resumes where it left off.
-  struct FleetProgress {
-    std::string key_bytes;
-    std::string have_version;  // The version this process holds, if any.
-    absl::Duration budget;     // How long it waits for another's fill.
-    std::chrono::steady_clock::time_point deadline;
-    bool waited = false;  // Counted in lease_waits already.
-    bool asked_past_bad_record = false;
-  };
+  using Load = internal::Load<Core>;
+  using Lease = internal::Lease;
+  using FleetProgress = internal::FleetProgress;
+  using Fleet = internal::FleetPath<Core>;
+  using Writes = internal::Writes<Core>;
+  using Where = internal::Where;
 
   // What a stored entry answers a lookup at some instant.
   struct Answer {
@@ -462,7 +425,6 @@ class Cache {
   class LoadTask;
   class AsyncWaiter;
   struct AsyncLoad;
-  class TierSubscriber;
 
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
         Hash hash, Eq eq);
@@ -475,12 +437,6 @@ class Cache {
     } else {
       return K(key);
     }
-  }
-  // The flight `load` publishes to: its own, or its pending load's if anyone
-  // joined (else null).
-  static Flight* FlightOf(const Load& load) {
-    return load.pending != nullptr ? load.pending->flight.get()
-                                   : load.flight.get();
   }
 
   // -- Lookups.
@@ -576,33 +532,35 @@ class Cache {
                                 const LoadStart& start);
   // Loads (through the shared tier, if any), stores, publishes; returns the
   // outcome, or nullopt if an asynchronous loader will complete it.
-  std::optional<Outcome> RunLoad(Load& load);
+  // `where`: the thread it runs on (see internal::Where).
+  std::optional<Outcome> RunLoad(Load& load,
+                                 Where where = Where::kCallerThread);
   // Calls the loader on this thread (an asynchronous one: starts it); with a
   // lease, writes the result to the shared tier before storing it.
-  std::optional<Outcome> LoadHere(Load& load, const std::string* key_bytes,
-                                  const std::string* lease_token);
+  std::optional<Outcome> LoadHere(Load& load, const Lease* lease);
   // The loader's result, from `started` on: the rest of LoadHere.
   // `verdict`: an error is the key's answer, which error_ttl shares with the
   // fleet; false for an error of this process's own (a dropped completion,
   // a load that could not start), which gives the lease back instead.
   Outcome FinishLoad(Load& load, absl::StatusOr<V> result, int64_t started,
-                     const std::string* key_bytes,
-                     const std::string* lease_token, bool verdict = true);
+                     const Lease* lease, bool verdict = true);
   // Starts the asynchronous loader for `load`, which it takes over. Never
   // throws: if the loader cannot be started, the load ends with an error.
-  void StartAsyncLoad(Load& load, const std::string* key_bytes,
-                      const std::string* lease_token);
+  void StartAsyncLoad(Load& load, const Lease* lease);
   // What the completion of an asynchronous load does.
   static void FinishAsyncLoad(const std::shared_ptr<AsyncLoad>& state,
                               absl::StatusOr<V> result, bool dropped,
                               const absl::Status& thrown);
   // The shared tier's part of a load: its value, a lease, or a wait.
-  std::optional<Outcome> RunFleetLoad(Load& load);
+  std::optional<Outcome> RunFleetLoad(Load& load, Where where);
   // RunFleetLoad from its first lookup on, and from each later one: asks
-  // the tier until it answers with a value or a lease, or the wait for
-  // another process's fill ends. Returns nullopt if the load goes on
-  // elsewhere (parked, or an asynchronous loader's).
-  std::optional<Outcome> AskFleet(Load& load, FleetProgress& progress);
+  // the tier (internal::FleetPath) and carries out its verdict. Returns
+  // nullopt if the load goes on elsewhere (parked, or an asynchronous
+  // loader's).
+  std::optional<Outcome> AskFleet(Load& load, FleetProgress& progress,
+                                  Where where);
+  // Carries out a verdict of the tier that is not a park.
+  std::optional<Outcome> Apply(Load& load, internal::FleetVerdict<V>& verdict);
   // Parks `load` (run on the executor) until its key changes in the tier or
   // `wait` passes, its thread and flight handed to FleetWaits; returns
   // false, parking nothing, if the key changed since `since` (a
@@ -613,37 +571,11 @@ class Cache {
   // which it held during no wait for another process. A refresh nobody
   // waits for that finds none is skipped; otherwise it waits for one
   // within wait_timeout. A load that ends without one gives its lease back.
-  std::optional<Outcome> LoadWithSlot(Load& load, const std::string* key_bytes,
-                                      const std::string* lease_token);
-  // Gives a lease back, if `lease_token` is one; a failure is counted.
-  void GiveBackLease(const std::string* key_bytes,
-                     const std::string* lease_token) noexcept;
-  // `record`'s value or remembered error; nullopt if this process cannot
-  // use it (undecodable, over max_value_bytes).
-  std::optional<absl::StatusOr<V>> DecodeRecord(const SharedRecord& record);
+  std::optional<Outcome> LoadWithSlot(Load& load, const Lease* lease);
   // With the lease granted over a stale record that the policy serves:
-  // gives the lease back, ends `load` with `stale` (stored as the tier's)
-  // and schedules a background refresh of it.
-  Outcome ServeStaleAndRefresh(Load& load, const std::string& key_bytes,
-                               const SharedLookup& lookup,
-                               absl::StatusOr<V> stale, int64_t now);
-  // With the lease granted over `record`, past the policy's stale window but
-  // within its serve_on_error_for, and no value here: stores the record's
-  // value as this process's copy before the load runs, so that a failed
-  // load stands in with it as one with a copy of its own does. Sets
-  // `load.tier_stands_in` if the record stands in. Never throws: a copy
-  // that cannot be made (decoding, allocation) only means no stand-in.
-  void KeepTierStandIn(Load& load, const SharedRecord& record,
-                       int64_t now) noexcept;
-  // Writes a load's result to the shared tier under `lease_token` (an
-  // error only if it is a `verdict`, see FinishLoad).
-  void FillTier(Load& load, const std::string& key_bytes,
-                const std::string& lease_token, const absl::StatusOr<V>& result,
-                int64_t started, int64_t finished, bool verdict);
-  // Whether the policy serves `record`'s value, stale, at `now`.
-  bool ServesStale(const SharedRecord& record, int64_t now);
-  // The shared version of the value this process holds for `load`'s key.
-  std::string LocalVersion(const Load& load) const;
+  // gives the lease back, ends `load` with the stale value (stored as the
+  // tier's) and schedules a background refresh of it.
+  Outcome ServeStaleAndRefresh(Load& load, internal::ServeStale<V>& stale);
   // The loader's answer for `key` (of `hash`), called inside the load scope
   // that lets a reentrant Get of the same key fail instead of deadlocking;
   // an exception it throws becomes an Internal error.
@@ -677,23 +609,6 @@ class Cache {
                     int64_t started, int64_t finished);
   // A caller's result from a load's outcome; counts a stale fallback.
   absl::StatusOr<V> Serve(const Outcome& outcome);
-  // A new entry for `value` loaded (or put) at `now`, its lifetime set by the
-  // policy (or given). Call without a lock.
-  std::unique_ptr<Entry> NewEntry(const K& key, size_t hash, V value,
-                                  int64_t load_duration, int64_t now,
-                                  const std::optional<Lifetime>& life = {});
-  // A new entry for `value` read from the shared tier at `now`: its schedule
-  // is the record's, counted from when the tier stored it.
-  std::unique_ptr<Entry> EntryFromTier(const K& key, size_t hash, V value,
-                                       const SharedRecord& record, int64_t now);
-  // The local halves of Invalidate and InvalidateAll (what the shared tier's
-  // messages from other caches trigger).
-  void InvalidateLocally(const K& key, size_t hash);
-  void InvalidateAllLocally();
-  // Writes a Put through to the shared tier.
-  void PutThrough(const K& key, const std::string* value_bytes,
-                  const Lifetime& life, int64_t load_duration,
-                  const std::string& version);
 
   // -- Background refreshes.
   // Registers a refresh of `key`, whose entry is `n`, and puts its task in
@@ -709,47 +624,6 @@ class Cache {
   // The only data member: every stage of the engine reaches the state
   // through it.
   Core core_;
-};
-
-// Turns other caches' writes, announced by the shared tier, into local
-// invalidations. Runs on the tier's thread.
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-class Cache<K, V, P, H, E>::TierSubscriber final
-    : public SharedTier::Subscriber {
- public:
-  explicit TierSubscriber(Cache* cache) : cache_(cache) {}
-
-  void OnInvalidate(std::string_view key_bytes) override {
-    try {
-      if constexpr (Decodable<K>) {
-        if (absl::StatusOr<K> key = Codec<K>::Decode(key_bytes); key.ok()) {
-          cache_->InvalidateLocally(*key, cache_->core_.HashOf(*key));
-          return;
-        }
-      }
-      // A key this cache cannot read back: drop every copy, to be safe.
-      cache_->InvalidateAllLocally();
-    } catch (...) {
-      // Out of memory, or the key's codec threw: drop every copy, to be
-      // safe. Never an exception into the tier's thread.
-      OnMissedInvalidations();
-    }
-  }
-  void OnMissedInvalidations() override {
-    // Fills may have been missed too: every parked load asks again.
-    internal::FleetWaits::Process().NotifyAll(cache_->core_.tier);
-    try {
-      cache_->InvalidateAllLocally();
-    } catch (...) {
-      // Out of memory listing the entries: they expire on their own.
-    }
-  }
-  void OnChange(std::string_view key_bytes) override {
-    internal::FleetWaits::Process().Notify(cache_->core_.tier, key_bytes);
-  }
-
- private:
-  Cache* const cache_;
 };
 
 // A load scheduled on the executor: a background refresh, or a load a
@@ -826,14 +700,15 @@ class Cache<K, V, P, H, E>::LoadTask {
     if (!pass) return;
     load.caller_waits = caller_waits_;
     load.delivery = std::move(delivery_);
-    load.parkable = true;
     if (dropped || lifeline_->closing()) {
       const int64_t now = cache_->core_.NowNanos();
       cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
                        /*loader_ran=*/false, now, now);
       return;
     }
-    if constexpr (kShareable) cache_->AskFleet(load, *resume_);
+    if constexpr (kShareable) {
+      cache_->AskFleet(load, *resume_, Where::kExecutorTask);
+    }
   }
 
   void Run(bool dropped) noexcept {
@@ -852,7 +727,6 @@ class Cache<K, V, P, H, E>::LoadTask {
     Load load{key_, hash_, flight, kind_, claimed_ ? 0 : flight->slot()};
     load.caller_waits = kind_ == LoadKind::kForeground;
     load.delivery = delivery_;
-    load.parkable = true;
     if (dropped) {
       cache_->core_.slots.Release(std::exchange(load.slot, 0));
       const int64_t now = cache_->core_.NowNanos();
@@ -896,7 +770,7 @@ class Cache<K, V, P, H, E>::LoadTask {
     // miss of the key waits for it rather than start another beside it
     // (Shard::ExecutorFlight).
     if (!claimed_ && !cache_->core_.async_loader) flight->MarkOnExecutor();
-    cache_->RunLoad(load);
+    cache_->RunLoad(load, Where::kExecutorTask);
   }
 
   static absl::Status DestroyedBeforeItRan() {
@@ -985,16 +859,13 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 struct Cache<K, V, P, H, E>::AsyncLoad {
   // Parameters named apart from the members: public headers stay quiet
   // under a user's -Wshadow.
-  AsyncLoad(Cache* owner, Load& from, const std::string* bytes,
-            const std::string* token)
+  AsyncLoad(Cache* owner, Load& from, const Lease* held)
       : cache(owner),
         lifeline(owner->core_.lifeline),
         key(from.key),
         load{key, from.hash, from.flight, from.kind, /*slot=*/0},
-        with_lease(token != nullptr),
-        key_bytes(bytes != nullptr ? *bytes : std::string()),
-        lease_token(token != nullptr ? *token : std::string()),
-        tier(with_lease ? owner->core_.options.shared : nullptr) {
+        lease(held != nullptr ? std::optional<Lease>(*held) : std::nullopt),
+        tier(held != nullptr ? owner->core_.options.shared : nullptr) {
     // The load slot moves last, once nothing can throw: a copy above that
     // throws leaves it with `from`, whose failure gives it back (taken
     // first, it went down with this half-made object, held until
@@ -1002,7 +873,6 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
     load.slot = std::exchange(from.slot, 0);
     load.caller_waits = from.caller_waits;
     load.stale_until_keep = from.stale_until_keep;
-    load.tier_stands_in = from.tier_stands_in;
     load.delivery = from.delivery;
   }
 
@@ -1010,9 +880,7 @@ struct Cache<K, V, P, H, E>::AsyncLoad {
   const std::shared_ptr<internal::Lifeline> lifeline;
   const K key;
   Load load;
-  const bool with_lease;
-  const std::string key_bytes;
-  const std::string lease_token;
+  const std::optional<Lease> lease;
   // With a lease: the tier, to give it back if the cache is gone when the
   // load ends (the tier may outlive the cache, and would extend the lease
   // for hold_for meanwhile).
@@ -1100,7 +968,8 @@ Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
             std::move(policy), std::move(hash), std::move(eq)) {
   if constexpr (kShareable) {
     if (core_.tier != nullptr) {
-      core_.subscriber = std::make_unique<TierSubscriber>(this);
+      core_.subscriber =
+          std::make_unique<internal::TierSubscriber<Core>>(&core_);
       core_.subscription = core_.tier->Subscribe(core_.subscriber.get());
     }
   }
@@ -1410,7 +1279,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     Load load{own_key(), hash, flight, LoadKind::kForeground};
     load.caller_waits = true;
     load.delivery = std::move(delivery);
-    StartAsyncLoad(load, nullptr, nullptr);
+    StartAsyncLoad(load, nullptr);
     return;
   }
   try {
@@ -1652,7 +1521,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
   size_t evicted = 0;
   try {
     // Built before the lock, and copies V once: the caller gets `result`.
-    std::unique_ptr<Entry> fresh = NewEntry(
+    std::unique_ptr<Entry> fresh = Writes(core_).NewEntry(
         key, hash, *result, finished - started, finished, std::nullopt);
     Writer w(shard);
     // No Put, Invalidate or newer load superseded this one: store.
@@ -1771,19 +1640,18 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key, size_t hash) {
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::RunLoad(Load& load) {
+Cache<K, V, P, H, E>::RunLoad(Load& load, Where where) {
   if constexpr (kShareable) {
-    if (core_.tier != nullptr) return RunFleetLoad(load);
+    if (core_.tier != nullptr) return RunFleetLoad(load, where);
   }
-  return LoadHere(load, nullptr, nullptr);
+  return LoadHere(load, nullptr);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::LoadHere(Load& load, const std::string* key_bytes,
-                               const std::string* lease_token) {
+Cache<K, V, P, H, E>::LoadHere(Load& load, const Lease* lease) {
   if (core_.async_loader) {
-    StartAsyncLoad(load, key_bytes, lease_token);
+    StartAsyncLoad(load, lease);
     return std::nullopt;
   }
   // The slot goes back however the load ends.
@@ -1795,21 +1663,23 @@ Cache<K, V, P, H, E>::LoadHere(Load& load, const std::string* key_bytes,
       load.starts_at.has_value() ? *load.starts_at : core_.NowNanos();
   absl::StatusOr<V> result = CallLoader(load.key, load.hash);
   std::move(release_slot).Cancel();  // FinishLoad releases it.
-  return FinishLoad(load, std::move(result), started, key_bytes, lease_token);
+  return FinishLoad(load, std::move(result), started, lease);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
-    Load& load, absl::StatusOr<V> result, int64_t started,
-    const std::string* key_bytes, const std::string* lease_token,
+    Load& load, absl::StatusOr<V> result, int64_t started, const Lease* lease,
     bool verdict) {
   const int64_t finished = core_.NowNanos();
   core_.slots.Release(std::exchange(load.slot, 0));
   core_.recorder.LoadFinished(load.kind, finished - started, result.status());
   if constexpr (kShareable) {
-    if (lease_token != nullptr) {
-      FillTier(load, *key_bytes, *lease_token, result, started, finished,
-               verdict);
+    if (lease != nullptr) {
+      internal::TierFill filled =
+          Fleet(core_).Fill(load, *lease, result, started, finished, verdict);
+      load.lifetime = filled.lifetime;
+      load.version = std::move(filled.version);
+      load.lease_lost = filled.lease_lost;
     }
   }
   return Complete(load, std::move(result), /*loader_ran=*/true, started,
@@ -1817,15 +1687,13 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
-                                          const std::string* key_bytes,
-                                          const std::string* lease_token) {
+void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load, const Lease* lease) {
   core_.recorder.LoadStarted(load.kind);
   const int64_t started = core_.NowNanos();
   std::shared_ptr<AsyncLoad> state;
   std::optional<Completion<V>> completion;
   try {
-    state = std::make_shared<AsyncLoad>(this, load, key_bytes, lease_token);
+    state = std::make_shared<AsyncLoad>(this, load, lease);
     state->started = started;
     completion.emplace([state](absl::StatusOr<V> result, bool dropped) mutable {
       FinishAsyncLoad(state, std::move(result), dropped, absl::OkStatus());
@@ -1838,7 +1706,7 @@ void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load,
     FinishLoad(
         state != nullptr ? state->load : load,
         absl::InternalError("paddock: could not start the asynchronous load"),
-        started, key_bytes, lease_token, /*verdict=*/false);
+        started, lease, /*verdict=*/false);
     return;
   }
   state->caller = std::this_thread::get_id();
@@ -1887,7 +1755,8 @@ void Cache<K, V, P, H, E>::FinishAsyncLoad(
   if (!pass) {
     if (state->tier != nullptr) {
       try {
-        (void)state->tier->Release(state->key_bytes, state->lease_token);
+        (void)state->tier->Release(state->lease->key_bytes,
+                                   state->lease->token);
       } catch (...) {
         // A tier that throws: the lease lapses.
       }
@@ -1898,155 +1767,62 @@ void Cache<K, V, P, H, E>::FinishAsyncLoad(
   // this process) says nothing about the key: the fleet does not remember
   // it, and another process may load the key at once.
   state->cache->FinishLoad(state->load, std::move(result), state->started,
-                           state->with_lease ? &state->key_bytes : nullptr,
-                           state->with_lease ? &state->lease_token : nullptr,
+                           state->lease ? &*state->lease : nullptr,
                            /*verdict=*/!dropped);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::RunFleetLoad(Load& load) {
-  FleetProgress progress;
-  try {
-    progress.key_bytes = Codec<K>::Encode(load.key);
-    progress.have_version = LocalVersion(load);
-  } catch (...) {
-    core_.recorder.SharedError();
-    return LoadWithSlot(load, nullptr, nullptr);
-  }
-  // A caller waits for another process's fill as long as it would wait for
-  // a local load; a background refresh as long as a load may take.
-  progress.budget = load.caller_waits ? core_.options.wait_timeout
-                                      : core_.options.max_load_age;
-  progress.deadline = internal::IsForever(progress.budget)
-                          ? std::chrono::steady_clock::time_point::max()
-                          : std::chrono::steady_clock::now() +
-                                absl::ToChronoNanoseconds(progress.budget);
-  return AskFleet(load, progress);
+Cache<K, V, P, H, E>::RunFleetLoad(Load& load, Where where) {
+  std::optional<FleetProgress> progress = Fleet(core_).Begin(load);
+  if (!progress.has_value()) return LoadWithSlot(load, nullptr);
+  return AskFleet(load, *progress, where);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress) {
+Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress,
+                               Where where) {
+  Fleet fleet(core_);
   for (;;) {
-    // Read before the lookup: a change announced after it wakes the wait.
-    const uint64_t since =
-        load.parkable ? internal::FleetWaits::Process().sequence() : 0;
-    // SharedTier's methods never throw; one that does anyway (out of memory
-    // in the tier's own code) is a tier error like any other, here as on a
-    // refresh, where an exception would end the process.
-    std::optional<absl::StatusOr<SharedLookup>> answer;
+    internal::FleetVerdict<V> verdict = fleet.Ask(load, progress, where);
+    const auto* park = std::get_if<internal::ParkFor>(&verdict);
+    if (park == nullptr) return Apply(load, verdict);
     try {
-      answer.emplace(core_.tier->Lookup(
-          progress.key_bytes, progress.have_version,
-          internal::LeaseHoldFor(core_.options.max_load_age)));
+      if (ParkFleetLoad(load, progress, park->since, park->wait)) {
+        return std::nullopt;
+      }
+      continue;  // The key changed since the lookup: ask again now.
     } catch (...) {
+      // Could not park (out of memory, no timer thread): wait here.
     }
-    if (!answer.has_value() || !answer->ok()) {
-      core_.recorder.SharedError();
-      return LoadWithSlot(load, nullptr, nullptr);
-    }
-    SharedLookup& lookup = **answer;
-    const int64_t now = core_.NowNanos();
-    if (lookup.lease == SharedLookup::Lease::kGranted) {
-      core_.recorder.LeaseAcquired();
-      // A stale record the policy serves while one refresh runs (SoftTtl
-      // within stale_for): this caller gets it at once, as the callers of
-      // processes that hold a copy do, and the refresh runs behind it.
-      if (load.caller_waits && lookup.record.has_value() &&
-          lookup.record->value.ok() &&
-          lookup.record->version != progress.have_version &&
-          ServesStale(*lookup.record, now)) {
-        std::optional<absl::StatusOr<V>> stale = DecodeRecord(*lookup.record);
-        if (stale.has_value()) {
-          return ServeStaleAndRefresh(load, progress.key_bytes, lookup,
-                                      *std::move(stale), now);
-        }
-        core_.recorder.SharedError();  // Undecodable: this load replaces it.
-      }
-      if (lookup.record.has_value() && lookup.record->value.ok()) {
-        KeepTierStandIn(load, *lookup.record, now);
-      }
-      return LoadWithSlot(load, &progress.key_bytes, &lookup.lease_token);
-    }
-    const bool held_elsewhere =
-        lookup.lease == SharedLookup::Lease::kHeldElsewhere;
-    if (held_elsewhere && !progress.waited) {
-      core_.recorder.LeaseWait();
-      progress.waited = true;
-    }
-    if (lookup.record.has_value()) {
-      const SharedRecord& record = *lookup.record;
-      std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
-      if (!value.has_value()) {
-        // Undecodable (another format, garbage): a miss. Ask once more as
-        // the holder of that very version, which gets the lease, so that
-        // this load replaces it.
-        core_.recorder.SharedError();
-        if (progress.asked_past_bad_record) {
-          return LoadWithSlot(load, nullptr, nullptr);
-        }
-        progress.asked_past_bad_record = true;
-        progress.have_version = record.version;
-        continue;
-      }
-      if (!held_elsewhere ||
-          (load.caller_waits && value->ok() && ServesStale(record, now))) {
-        core_.recorder.SharedHit();
-        load.from_tier = &record;
-        const bool remembered_error = !value->ok();
-        return Complete(load, *std::move(value),
-                        /*loader_ran=*/remembered_error, now, now);
-      }
-    } else if (!held_elsewhere) {
-      core_.recorder.SharedError();  // "Fresh", with nothing: a broken tier.
-      return LoadWithSlot(load, nullptr, nullptr);
-    }
-    // Another process loads this key: wait for its fill, then ask again (a
-    // holder that died lets the lease lapse, and this one may get it).
-    // Unless this cache is being destroyed: its destructor waits for this
-    // load, and should not wait for another process (up to max_load_age).
-    if (core_.lifeline->closing()) {
-      return Complete(load,
-                      absl::CancelledError(
-                          "paddock: cache destroyed while waiting for another "
-                          "process's fill of this key"),
-                      /*loader_ran=*/false, now, now);
-    }
-    const auto steady_now = std::chrono::steady_clock::now();
-    if (steady_now >= progress.deadline) {
-      if (load.caller_waits) core_.recorder.WaitTimeout();
-      load.stale_until_keep = load.caller_waits;
-      return Complete(
-          load,
-          absl::DeadlineExceededError(absl::StrCat(
-              "paddock: another process holds the shared tier's lease on "
-              "this key and did not fill it within ",
-              absl::FormatDuration(progress.budget))),
-          /*loader_ran=*/false, now, now);
-    }
-    // No load slot is held while another process loads (a refresh's
-    // reservation goes back too): LoadWithSlot takes one if this process
-    // is to load after all.
-    core_.slots.Release(std::exchange(load.slot, 0));
-    const absl::Duration wait = std::min(
-        {absl::FromChrono(progress.deadline - steady_now),
-         lookup.lease_remaining + absl::Milliseconds(50), absl::Seconds(1)});
-    if (load.parkable) {
-      try {
-        if (ParkFleetLoad(load, progress, since, wait)) return std::nullopt;
-        continue;  // The key changed since the lookup: ask again now.
-      } catch (...) {
-        // Could not park (out of memory, no timer thread): wait here.
-      }
-    }
-    try {
-      core_.tier->AwaitChange(progress.key_bytes, wait);
-    } catch (...) {
-      core_.recorder.SharedError();
-      return LoadWithSlot(load, nullptr, nullptr);
+    if (!fleet.AwaitChange(progress, park->wait)) {
+      return LoadWithSlot(load, nullptr);
     }
   }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+std::optional<typename Cache<K, V, P, H, E>::Outcome>
+Cache<K, V, P, H, E>::Apply(Load& load, internal::FleetVerdict<V>& verdict) {
+  if (auto* answer = std::get_if<internal::TierAnswer<V>>(&verdict)) {
+    load.from_tier = &answer->record;
+    const bool remembered_error = !answer->value.ok();
+    return Complete(load, std::move(answer->value),
+                    /*loader_ran=*/remembered_error, answer->now, answer->now);
+  }
+  if (auto* stale = std::get_if<internal::ServeStale<V>>(&verdict)) {
+    return ServeStaleAndRefresh(load, *stale);
+  }
+  if (auto* leased = std::get_if<internal::LoadUnderLease>(&verdict)) {
+    return LoadWithSlot(load, &leased->lease);
+  }
+  if (auto* give_up = std::get_if<internal::GiveUp>(&verdict)) {
+    load.stale_until_keep = give_up->stale_until_keep;
+    return Complete(load, std::move(give_up->error), /*loader_ran=*/false,
+                    give_up->now, give_up->now);
+  }
+  return LoadWithSlot(load, nullptr);  // LoadAlone.
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2080,20 +1856,19 @@ bool Cache<K, V, P, H, E>::ParkFleetLoad(Load& load,
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const std::string* key_bytes,
-                                   const std::string* lease_token) {
+Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const Lease* lease) {
   if (load.slot == 0 && !load.caller_waits && load.kind == LoadKind::kRefresh) {
     // Only a refresh: skipped if no slot is free and nobody waits for it.
     load.slot = core_.slots.TryAcquire(core_.NowNanos());
     if (load.slot == 0 && SkipRefresh(load)) {
-      GiveBackLease(key_bytes, lease_token);
+      Fleet(core_).GiveBack(lease);
       return std::nullopt;
     }
   }
   if (load.slot == 0) {
     load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
-      GiveBackLease(key_bytes, lease_token);
+      Fleet(core_).GiveBack(lease);
       const int64_t now = core_.NowNanos();
       return Complete(load,
                       core_.lifeline->closing()
@@ -2104,54 +1879,20 @@ Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const std::string* key_bytes,
                       /*loader_ran=*/false, now, now);
     }
   }
-  return LoadHere(load, key_bytes, lease_token);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::GiveBackLease(
-    const std::string* key_bytes, const std::string* lease_token) noexcept {
-  if (lease_token == nullptr) return;
-  try {
-    if (!core_.tier->Release(*key_bytes, *lease_token).ok()) {
-      core_.recorder.SharedError();
-    }
-  } catch (...) {
-    core_.recorder.SharedError();  // A tier that throws: the lease lapses.
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::DecodeRecord(
-    const SharedRecord& record) {
-  if (!record.value.ok()) return record.value.status();  // The fleet's error.
-  // Larger than this process may store (written by a process with a larger
-  // limit): a miss, like an undecodable record.
-  if (record.value->size() > core_.tier->max_value_bytes()) return std::nullopt;
-  try {
-    absl::StatusOr<V> decoded = Codec<V>::Decode(*record.value);
-    if (decoded.ok()) return decoded;
-  } catch (...) {
-    // A codec that throws (std::bad_alloc, a throwing parser): as
-    // undecodable. Never past here: a refresh runs under noexcept.
-  }
-  return std::nullopt;
+  return LoadHere(load, lease);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 typename Cache<K, V, P, H, E>::Outcome
 Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
-                                           const std::string& key_bytes,
-                                           const SharedLookup& lookup,
-                                           absl::StatusOr<V> stale,
-                                           int64_t now) {
+                                           internal::ServeStale<V>& stale) {
   // The lease goes back first: the refresh asks the tier again, as one that
   // a stale hit starts does (and finds another process refreshing, if one
   // took the lease meanwhile). Kept, the refresh would wait for it.
-  GiveBackLease(&key_bytes, &lookup.lease_token);
-  core_.recorder.SharedHit();
-  load.from_tier = &*lookup.record;
-  Outcome outcome =
-      Complete(load, std::move(stale), /*loader_ran=*/false, now, now);
+  Fleet(core_).GiveBack(&stale.lease);
+  load.from_tier = &stale.record;
+  Outcome outcome = Complete(load, std::move(stale.stale),
+                             /*loader_ran=*/false, stale.now, stale.now);
   // Stored now, unless a write superseded it: refresh that very entry.
   if (core_.lifeline->closing()) return outcome;
   std::optional<LoadTask> refresh;
@@ -2160,7 +1901,7 @@ Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
     internal::EpochGuard guard;
     Entry* n = shard.Find(load.hash, load.key, core_.lookup_eq());
     const std::string* version = n != nullptr ? n->shared_version() : nullptr;
-    if (version != nullptr && *version == lookup.record->version &&
+    if (version != nullptr && *version == stale.record.version &&
         !n->refreshing.exchange(true)) {
       try {
         PrepareRefresh(shard, load.key, load.hash, n, refresh);
@@ -2172,130 +1913,6 @@ Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
   }
   if (refresh.has_value()) Schedule(*std::move(refresh));
   return outcome;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::FillTier(Load& load, const std::string& key_bytes,
-                                    const std::string& lease_token,
-                                    const absl::StatusOr<V>& result,
-                                    int64_t started, int64_t finished,
-                                    bool verdict) {
-  const absl::Duration took = absl::Nanoseconds(finished - started);
-  SharedFill fill;
-  try {
-    if (result.ok()) {
-      // The schedule the local entry gets too.
-      const Lifetime life = core_.LifetimeFor(took);
-      load.lifetime = life;
-      std::string bytes = Codec<V>::Encode(*result);
-      if (bytes.size() > core_.tier->max_value_bytes()) {
-        // Served and stored here only; the others may load it themselves.
-        GiveBackLease(&key_bytes, &lease_token);
-        return;
-      }
-      fill = SharedFill{.value = std::move(bytes),
-                        .fresh_for = life.expires_after,
-                        .keep_for = life.keep_for,
-                        .serve_on_error_for = life.serve_on_error_for,
-                        .load_duration = took,
-                        .version = internal::NewSharedVersion()};
-    } else if (core_.options.error_ttl > absl::ZeroDuration() && verdict &&
-               load.kind != LoadKind::kRefresh && !load.tier_stands_in) {
-      fill = SharedFill{.value = result.status(),
-                        .keep_for = core_.options.error_ttl,
-                        .load_duration = took,
-                        .version = internal::NewSharedVersion()};
-    } else {
-      // Not remembered: the next asker may load at once. Nor is an error of
-      // this process's own (not a verdict), nor the error of a refresh or
-      // of a load over a record that still stands in for errors, which
-      // would replace that record: still the fleet's value, which every
-      // process may serve stale (this one keeps its copy and remembers the
-      // error itself).
-      GiveBackLease(&key_bytes, &lease_token);
-      return;
-    }
-  } catch (...) {
-    // Encoding failed: nothing to write. The lease goes back, as for a value
-    // too large to share: kept, it would be extended for hold_for while the
-    // others wait for a fill that never comes.
-    core_.recorder.SharedError();
-    GiveBackLease(&key_bytes, &lease_token);
-    return;
-  }
-  std::optional<absl::StatusOr<bool>> filled;
-  try {
-    filled.emplace(core_.tier->Fill(key_bytes, lease_token, fill));
-  } catch (...) {
-    // A tier that throws (see Lookup): the lease lapses.
-  }
-  if (!filled.has_value() || !filled->ok()) {
-    core_.recorder.SharedError();  // Stored here all the same.
-  } else if (!**filled) {
-    // A Put or Invalidate somewhere (or a lapse) took the lease: like a
-    // local write during a load, it wins; this result goes only to its
-    // own callers.
-    load.lease_lost = true;
-  } else {
-    load.version = std::move(fill.version);
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::KeepTierStandIn(Load& load,
-                                           const SharedRecord& record,
-                                           int64_t now) noexcept {
-  if (record.age >= record.serve_on_error_for) return;
-  load.tier_stands_in = true;
-  Shard& shard = core_.ShardFor(load.hash);
-  internal::EpochGuard guard;
-  // Destroyed after the lock, if not stored.
-  std::unique_ptr<Entry> fresh;
-  size_t evicted = 0;
-  try {
-    Entry* current = shard.Find(load.hash, load.key, core_.lookup_eq());
-    if (current != nullptr && current->has_value()) return;  // Its own does.
-    {  // The decoded value (moved from) is destroyed before the lock.
-      std::optional<absl::StatusOr<V>> value = DecodeRecord(record);
-      if (!value.has_value() || !value->ok()) return;  // None to stand in.
-      fresh =
-          EntryFromTier(load.key, load.hash, **std::move(value), record, now);
-    }
-    Writer w(shard);
-    if (shard.Find(load.hash, load.key, core_.lookup_eq()) != current) return;
-    // Only while this load still owns the key (no Put, no Invalidate since),
-    // and without giving up that ownership: the load stores after it.
-    if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
-                           /*drop=*/false, load.pending)) {
-      evicted = shard.Store(w, current, std::move(fresh), now);
-    }
-  } catch (...) {
-    // Eq, V's copy or an allocation threw: no stand-in; the load runs.
-  }
-  core_.recorder.Evicted(evicted);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-bool Cache<K, V, P, H, E>::ServesStale(const SharedRecord& record,
-                                       int64_t now) {
-  const int64_t loaded_at = now - internal::ToNanosSaturated(record.age);
-  const int64_t keep_until = internal::AddSaturated(loaded_at, record.keep_for);
-  if (now >= keep_until) return false;
-  const EntryState state{
-      absl::FromUnixNanos(loaded_at),
-      absl::FromUnixNanos(internal::AddSaturated(loaded_at, record.fresh_for)),
-      record.load_duration, /*refresh_in_flight=*/true};
-  return core_.policy.Decide(state, absl::FromUnixNanos(now), core_.rng) !=
-         Decision::kLoad;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::string Cache<K, V, P, H, E>::LocalVersion(const Load& load) const {
-  internal::EpochGuard guard;
-  const Entry* n =
-      core_.ShardFor(load.hash).Find(load.hash, load.key, core_.lookup_eq());
-  const std::string* version = n != nullptr ? n->shared_version() : nullptr;
-  return version != nullptr ? *version : std::string();
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2337,7 +1954,7 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
   if (!stored) EndUnstored(load);
   if (load.pending != nullptr) load.pending->completed = true;
   if constexpr (P::kCoalesceLoads) {
-    if (Flight* flight = FlightOf(load); flight == nullptr) {
+    if (Flight* flight = load.Rendezvous(); flight == nullptr) {
       // A pending load nobody joined: nothing to publish.
     } else if (!publish) {
       flight->Abandon();
@@ -2454,11 +2071,13 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
     if (load.lease_lost) {
       // Another writer won the shared tier: store nothing here either.
     } else if (outcome.value.ok()) {
-      fresh = load.from_tier != nullptr
-                  ? EntryFromTier(key, load.hash, *outcome.value,
-                                  *load.from_tier, finished)
-                  : NewEntry(key, load.hash, *outcome.value, finished - started,
-                             finished, load.lifetime);
+      const Writes writes(core_);
+      fresh =
+          load.from_tier != nullptr
+              ? writes.EntryFromTier(key, load.hash, *outcome.value,
+                                     *load.from_tier, finished)
+              : writes.NewEntry(key, load.hash, *outcome.value,
+                                finished - started, finished, load.lifetime);
       if (!load.version.empty()) {
         fresh->mutable_extras(core_.fixed_times).shared_version = load.version;
       }
@@ -2513,7 +2132,7 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
         own = shard.IsRegistered(w, key, load.hash, load.flight.get(), last);
       }
       // Final: the flight can no longer be found, or is about to be done.
-      const Flight* flight = FlightOf(load);
+      const Flight* flight = load.Rendezvous();
       joined = flight != nullptr && flight->joined() > 0;
       if (own && fresh != nullptr) {
         evicted = shard.Store(w, current, std::move(fresh), finished);
@@ -2527,60 +2146,6 @@ bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
     if (fallback.has_value()) outcome = *std::move(fallback);
     return joined;
   }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::unique_ptr<typename Cache<K, V, P, H, E>::Entry>
-Cache<K, V, P, H, E>::NewEntry(const K& key, size_t hash, V value,
-                               int64_t load_duration, int64_t now,
-                               const std::optional<Lifetime>& given) {
-  auto n = std::make_unique<Entry>(hash, key);
-  n->emplace_value(std::move(value));
-  if constexpr (kFixedLifetime) {
-    // Every lifetime is the fixed one (LifetimeFor gave `given` too).
-    if (core_.fixed_times_exact) {
-      n->SetFixedTimes(now, load_duration, core_.fixed_times);
-      return n;
-    }
-  }
-  const Lifetime life =
-      given.has_value() ? *given
-                        : core_.LifetimeFor(absl::Nanoseconds(load_duration));
-  n->SetTimes({.loaded_at = now,
-               .quiet_until = internal::AddSaturated(now, life.quiet_for),
-               .expires_at = internal::AddSaturated(now, life.expires_after),
-               .keep_until = internal::AddSaturated(now, life.keep_for),
-               .stale_if_error_until =
-                   internal::AddSaturated(now, life.serve_on_error_for),
-               .load_duration = load_duration},
-              core_.fixed_times);
-  return n;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::unique_ptr<typename Cache<K, V, P, H, E>::Entry>
-Cache<K, V, P, H, E>::EntryFromTier(const K& key, size_t hash, V value,
-                                    const SharedRecord& record, int64_t now) {
-  // The quiet window is the hit path's business, not the fleet's: this
-  // policy's, within the record's freshness.
-  const absl::Duration quiet = std::min(
-      core_.LifetimeFor(record.load_duration).quiet_for, record.fresh_for);
-  // Counted from when the tier stored it, by the tier's clock, so that
-  // processes whose clocks disagree agree on what is fresh.
-  const int64_t loaded_at = now - internal::ToNanosSaturated(record.age);
-  auto n = std::make_unique<Entry>(hash, key);
-  n->emplace_value(std::move(value));
-  n->mutable_extras(core_.fixed_times).shared_version = record.version;
-  n->SetTimes(
-      {.loaded_at = loaded_at,
-       .quiet_until = internal::AddSaturated(loaded_at, quiet),
-       .expires_at = internal::AddSaturated(loaded_at, record.fresh_for),
-       .keep_until = internal::AddSaturated(loaded_at, record.keep_for),
-       .stale_if_error_until =
-           internal::AddSaturated(loaded_at, record.serve_on_error_for),
-       .load_duration = internal::ToNanosSaturated(record.load_duration)},
-      core_.fixed_times);
-  return n;
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2697,8 +2262,8 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
       bytes.emplace(Codec<V>::Encode(value));
     }
   }
-  std::unique_ptr<Entry> fresh =
-      NewEntry(key, hash, std::move(value), load_duration, now, life);
+  std::unique_ptr<Entry> fresh = Writes(core_).NewEntry(
+      key, hash, std::move(value), load_duration, now, life);
   if (!version.empty()) {
     fresh->mutable_extras(core_.fixed_times).shared_version = version;
   }
@@ -2712,7 +2277,7 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
   core_.recorder.Evicted(evicted);
   if constexpr (kShareable) {
     if (core_.tier != nullptr) {
-      PutThrough(key, &*bytes, life, load_duration, version);
+      Fleet(core_).PutThrough(key, *bytes, life, load_duration, version);
       // A load of this key registered after the drop above asked the tier
       // before this write reached it, and may have stored the record this
       // write replaced. The tier tells every other cache, never its origin:
@@ -2729,35 +2294,10 @@ void Cache<K, V, P, H, E>::Put(const K& key, V value) {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::PutThrough(const K& key,
-                                      const std::string* value_bytes,
-                                      const Lifetime& life,
-                                      int64_t load_duration,
-                                      const std::string& version) {
-  const uint64_t origin = core_.subscription->id();
-  const std::string key_bytes = Codec<K>::Encode(key);
-  absl::Status written;
-  if (value_bytes->size() > core_.tier->max_value_bytes()) {
-    // Too large for the tier: at least take the old value out of it.
-    written = core_.tier->Invalidate(key_bytes, origin);
-  } else {
-    written = core_.tier->Put(
-        key_bytes,
-        SharedFill{.value = *value_bytes,
-                   .fresh_for = life.expires_after,
-                   .keep_for = life.keep_for,
-                   .serve_on_error_for = life.serve_on_error_for,
-                   .load_duration = absl::Nanoseconds(load_duration),
-                   .version = version},
-        origin);
-  }
-  if (!written.ok()) core_.recorder.SharedError();
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::Invalidate(const K& key) {
   const size_t hash = core_.HashOf(key);
-  InvalidateLocally(key, hash);
+  const Writes writes(core_);
+  writes.InvalidateLocally(key, hash);
   if constexpr (kShareable) {
     if (core_.tier != nullptr) {
       if (!core_.tier
@@ -2768,33 +2308,14 @@ void Cache<K, V, P, H, E>::Invalidate(const K& key) {
       // Again: a `Get` between the first removal and the tier's may have
       // taken the record the tier still held and stored it here, and the
       // tier tells every cache but its origin.
-      InvalidateLocally(key, hash);
+      writes.InvalidateLocally(key, hash);
     }
   }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::InvalidateLocally(const K& key, size_t hash) {
-  Shard& shard = core_.ShardFor(hash);
-  Writer w(shard);
-  shard.DropFlight(w, key, hash);
-  if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr)
-    shard.Unlink(w, n);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::InvalidateAll() {
-  InvalidateAllLocally();
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::InvalidateAllLocally() {
-  for (size_t i = 0; i < core_.shard_count; ++i) {
-    Shard& shard = core_.shards[i];
-    Writer w(shard);
-    shard.DropAllFlights(w);
-    shard.UnlinkAll(w);
-  }
+  Writes(core_).InvalidateAllLocally();
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

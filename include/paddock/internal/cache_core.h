@@ -79,6 +79,8 @@ struct Outcome {
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 class CacheCore {
  public:
+  using Key = K;
+  using Value = V;
   using Loader = absl::AnyInvocable<absl::StatusOr<V>(const K&) const>;
   using AsyncLoader = absl::AnyInvocable<void(const K&, Completion<V>) const>;
 

@@ -1,0 +1,122 @@
+// File: paddock/internal/writes.h
+// -----------------------------------------------------------------------------
+// The entries a cache's engine stores, and its local removals: an entry for a
+// value this process loaded or was given (times from the policy's Lifetime),
+// one for a value the shared tier holds (times from the tier's record, so that
+// processes agree on what is fresh), and the invalidation of one key or of
+// everything, here only (the shared tier's half is the fleet path's).
+//
+// `Writes<Core>` is made on the spot over a cache's internal::CacheCore and
+// holds nothing else; thread-safe as the core is.
+
+#ifndef PADDOCK_INTERNAL_WRITES_H_
+#define PADDOCK_INTERNAL_WRITES_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "paddock/internal/time_math.h"
+#include "paddock/policy.h"
+#include "paddock/shared_tier.h"
+
+namespace paddock::internal {
+
+template <typename Core>
+class Writes {
+ public:
+  using K = typename Core::Key;
+  using V = typename Core::Value;
+  using Entry = typename Core::Entry;
+  using Shard = typename Core::Shard;
+  using Writer = typename Core::Writer;
+
+  explicit Writes(Core& core) : core_(core) {}
+
+  // An entry for `value`, loaded at `now` in `load_duration`, with the
+  // lifetime `given` (one the tier was filled with) or else the policy's.
+  // Throws what V's move or an allocation throws.
+  std::unique_ptr<Entry> NewEntry(const K& key, size_t hash, V value,
+                                  int64_t load_duration, int64_t now,
+                                  const std::optional<Lifetime>& given) const {
+    auto n = std::make_unique<Entry>(hash, key);
+    n->emplace_value(std::move(value));
+    if constexpr (Core::kFixedLifetime) {
+      // Every lifetime is the fixed one (LifetimeFor gave `given` too).
+      if (core_.fixed_times_exact) {
+        n->SetFixedTimes(now, load_duration, core_.fixed_times);
+        return n;
+      }
+    }
+    const Lifetime life =
+        given.has_value() ? *given
+                          : core_.LifetimeFor(absl::Nanoseconds(load_duration));
+    n->SetTimes(
+        {.loaded_at = now,
+         .quiet_until = AddSaturated(now, life.quiet_for),
+         .expires_at = AddSaturated(now, life.expires_after),
+         .keep_until = AddSaturated(now, life.keep_for),
+         .stale_if_error_until = AddSaturated(now, life.serve_on_error_for),
+         .load_duration = load_duration},
+        core_.fixed_times);
+    return n;
+  }
+
+  // An entry for `value`, decoded from the shared tier's `record`, at `now`:
+  // its times count from when the tier stored it, by the tier's clock, so
+  // that processes whose clocks disagree agree on what is fresh. Throws as
+  // NewEntry.
+  std::unique_ptr<Entry> EntryFromTier(const K& key, size_t hash, V value,
+                                       const SharedRecord& record,
+                                       int64_t now) const {
+    // The quiet window is the hit path's business, not the fleet's: this
+    // policy's, within the record's freshness.
+    const absl::Duration quiet = std::min(
+        core_.LifetimeFor(record.load_duration).quiet_for, record.fresh_for);
+    const int64_t loaded_at = now - ToNanosSaturated(record.age);
+    auto n = std::make_unique<Entry>(hash, key);
+    n->emplace_value(std::move(value));
+    n->mutable_extras(core_.fixed_times).shared_version = record.version;
+    n->SetTimes({.loaded_at = loaded_at,
+                 .quiet_until = AddSaturated(loaded_at, quiet),
+                 .expires_at = AddSaturated(loaded_at, record.fresh_for),
+                 .keep_until = AddSaturated(loaded_at, record.keep_for),
+                 .stale_if_error_until =
+                     AddSaturated(loaded_at, record.serve_on_error_for),
+                 .load_duration = ToNanosSaturated(record.load_duration)},
+                core_.fixed_times);
+    return n;
+  }
+
+  // Removes `key`'s entry here, and unregisters its load so that the load's
+  // result is not stored over the removal. Throws what the key's Eq throws.
+  void InvalidateLocally(const K& key, size_t hash) const {
+    Shard& shard = core_.ShardFor(hash);
+    Writer w(shard);
+    shard.DropFlight(w, key, hash);
+    if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
+      shard.Unlink(w, n);
+    }
+  }
+
+  // InvalidateLocally for every key, shard by shard.
+  void InvalidateAllLocally() const {
+    for (size_t i = 0; i < core_.shard_count; ++i) {
+      Shard& shard = core_.shards[i];
+      Writer w(shard);
+      shard.DropAllFlights(w);
+      shard.UnlinkAll(w);
+    }
+  }
+
+ private:
+  Core& core_;
+};
+
+}  // namespace paddock::internal
+
+#endif  // PADDOCK_INTERNAL_WRITES_H_
