@@ -84,12 +84,15 @@
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/load_stack.h"
 #include "paddock/internal/load_state.h"
+#include "paddock/internal/lookup.h"
+#include "paddock/internal/outcome_store.h"
 #include "paddock/internal/recorder.h"
 #include "paddock/internal/seed.h"
 #include "paddock/internal/shard.h"
 #include "paddock/internal/ticks.h"
 #include "paddock/internal/tier_subscriber.h"
 #include "paddock/internal/time_math.h"
+#include "paddock/internal/waiting.h"
 #include "paddock/internal/writes.h"
 #include "paddock/key_hash.h"
 #include "paddock/listener.h"
@@ -319,12 +322,12 @@ class Cache {
   // stale while the policy serves it), or nullopt. Never loads, never waits,
   // starts no refresh. Thread-safe, lock-free.
   std::optional<V> GetIfPresent(const K& key) const {
-    return GetIfPresentAny(key);
+    return Lookup(core_).IfPresent(key);
   }
   // The same for a key of another type (see `Get`); makes no K.
   template <typename Q>
   std::optional<V> GetIfPresent(const Q& key) const requires kLooksUp<Q> {
-    return GetIfPresentAny(key);
+    return Lookup(core_).IfPresent(key);
   }
 
   // Cache::Put()
@@ -412,18 +415,13 @@ class Cache {
   using Writes = internal::Writes<Core>;
   using Where = internal::Where;
 
-  // What a stored entry answers a lookup at some instant.
-  struct Answer {
-    enum class Served { kNothing, kFresh, kStale, kNegative, kStaleFallback };
-    Served served = Served::kNothing;  // kNothing: a load is needed.
-    // Readable only under the epoch guard the answer was made under.
-    const Entry* entry = nullptr;
-    bool refresh = false;   // Start a background refresh of `entry`.
-    int64_t loaded_at = 0;  // `entry`'s, for what outlives the guard.
-  };
+  using Answer = internal::Answer<Entry>;
+  using Lookup = internal::Lookup<Core>;
+  using Waiting = internal::Waiting<Core>;
+  using AsyncWaiter = internal::AsyncWaiter<Core>;
+  using Outcomes = internal::OutcomeStore<Core>;
 
   class LoadTask;
-  class AsyncWaiter;
   struct AsyncLoad;
 
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
@@ -444,8 +442,6 @@ class Cache {
   // hit path looks up with it as it is.
   template <typename Q>
   ABSL_ATTRIBUTE_ALWAYS_INLINE inline absl::StatusOr<V> GetAny(const Q& key);
-  template <typename Q>
-  std::optional<V> GetIfPresentAny(const Q& key) const;
   // Get() past the hit path: entries outside their quiet window, misses.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnquiet(Shard& shard,
                                                        const K& key,
@@ -466,32 +462,6 @@ class Cache {
   template <typename Q>
   std::optional<absl::StatusOr<V>> TryServeNow(Shard& shard, const Q& key,
                                                size_t hash);
-  // The hit path with a prepared `record` and coarse `now`, for TryServeNow
-  // and GetAsync: if `key`'s entry is in its quiet window, marks it
-  // visited, counts the hit and copies its value into `out`. Returns whether
-  // the key has an entry at all.
-  template <typename Q>
-  ABSL_ATTRIBUTE_ALWAYS_INLINE bool TakeHit(
-      Shard& shard, const Q& key, size_t hash, internal::ThreadRecord* record,
-      int64_t now, std::optional<absl::StatusOr<V>>& out) {
-    internal::EpochGuard guard(record);
-    const Entry* n = shard.Find(hash, key, core_.lookup_eq());
-    if (n != nullptr && now < n->quiet_until) [[likely]] {
-      core_.MarkVisited(n);
-      core_.recorder.Hit(record);
-      out.emplace(n->value());
-    }
-    return n != nullptr;
-  }
-  // TakeHit where the prepared hit path could not look (see
-  // GetUnprepared): acquires the record and reads the cache's clock first.
-  template <typename Q>
-  ABSL_ATTRIBUTE_NOINLINE bool TakeHitUnprepared(
-      Shard& shard, const Q& key, size_t hash,
-      std::optional<absl::StatusOr<V>>& out) {
-    return TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
-                   core_.HitNowNanos(), out);
-  }
   // Every GetAsync overload: `done` is a Callback or any callable one can
   // hold, called directly when the value is served at once; `key` a K or a
   // Q with kLooksUp<Q>.
@@ -499,24 +469,9 @@ class Cache {
   void GetAsyncImpl(const Q& key, F&& done);
   // GetAsync past what it can answer at once.
   void GetAsyncMiss(Shard& shard, const K& key, size_t hash, Callback done);
-  // What a waiter gets when its wait_timeout passes; `counted` in the stats.
-  absl::StatusOr<V> TimedOut(const K& key, size_t hash, bool counted = true);
-  // Completes an asynchronous waiter with `outcome`, if nobody else did.
-  void Deliver(const std::shared_ptr<internal::AsyncWaiterBase>& waiter,
-               const Outcome& outcome) noexcept;
-  // Decides what `n` answers at `now`. Writes only one-way flags.
-  Answer Examine(Entry* n, int64_t now);
-  // The value or error `answer` serves; call inside the guard it was made
-  // under, without a lock (copies V).
-  static absl::StatusOr<V> ResultOf(const Answer& answer);
-  // Counts what `answer` served; call without a lock.
-  void Record(const Answer& answer, int64_t now);
   // Out of line: Get's inlined hit calls it.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetSlow(Shard& shard, const K& key,
                                                     size_t hash);
-  // `counted`: a coalesced waiter (its timeout counts in the stats).
-  absl::StatusOr<V> Wait(const std::shared_ptr<Flight>& flight, Shard& shard,
-                         const K& key, size_t hash, bool counted = true);
 
   // -- Loads.
   // Runs `load` on this thread (taking a slot first if it has none) and
@@ -580,35 +535,6 @@ class Cache {
   // that lets a reentrant Get of the same key fail instead of deadlocking;
   // an exception it throws becomes an Internal error.
   absl::StatusOr<V> CallLoader(const K& key, size_t hash);
-  // What a caller gets when storing its load's outcome threw; call in the
-  // handler of that exception.
-  static absl::Status StoreFailure();
-  // Ends `load` with `result` whatever happens: gives back its load slot,
-  // stores it if the load still owns its key, and publishes it to the
-  // load's waiters. Never throws.
-  Outcome Complete(Load& load, absl::StatusOr<V> result, bool loader_ran,
-                   int64_t started, int64_t finished) noexcept;
-  // Publishes `outcome` on `flight` and completes its asynchronous waiters.
-  void PublishTo(Flight& flight, const Outcome& outcome) noexcept;
-  // The same for a copy of `result`, or for an error if copying it throws.
-  void PublishCopyTo(Flight& flight, const absl::StatusOr<V>& result) noexcept;
-  // After StoreOutcome threw: unregisters the load if still registered and,
-  // for a refresh, leaves the entry it was refreshing refreshable again.
-  void EndUnstored(Load& load) noexcept;
-  // Unregisters a refresh that stores nothing and unmarks its entry, if no
-  // write superseded it; with `unless_joined`, only if nobody joined it
-  // (returns false, changing nothing, if someone did). May throw (a key
-  // comparison).
-  bool EndRefreshUnstored(const Load& load, bool unless_joined);
-  // A refresh about to start without a load slot: if nobody waits for it,
-  // ends it (counted in refreshes_skipped; the entry is refreshable again)
-  // and returns true; else returns false, and it waits for a slot.
-  bool SkipRefresh(const Load& load) noexcept;
-  // Complete()'s store: returns whether anyone joined the load.
-  bool StoreOutcome(Load& load, Outcome& outcome, bool loader_ran,
-                    int64_t started, int64_t finished);
-  // A caller's result from a load's outcome; counts a stale fallback.
-  absl::StatusOr<V> Serve(const Outcome& outcome);
 
   // -- Background refreshes.
   // Registers a refresh of `key`, whose entry is `n`, and puts its task in
@@ -701,9 +627,8 @@ class Cache<K, V, P, H, E>::LoadTask {
     load.caller_waits = caller_waits_;
     load.delivery = std::move(delivery_);
     if (dropped || lifeline_->closing()) {
-      const int64_t now = cache_->core_.NowNanos();
-      cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
-                       /*loader_ran=*/false, now, now);
+      Outcomes(cache_->core_)
+          .Fail(load, absl::CancelledError("paddock: load task dropped"));
       return;
     }
     if constexpr (kShareable) {
@@ -729,9 +654,8 @@ class Cache<K, V, P, H, E>::LoadTask {
     load.delivery = delivery_;
     if (dropped) {
       cache_->core_.slots.Release(std::exchange(load.slot, 0));
-      const int64_t now = cache_->core_.NowNanos();
-      cache_->Complete(load, absl::CancelledError("paddock: load task dropped"),
-                       /*loader_ran=*/false, now, now);
+      Outcomes(cache_->core_)
+          .Fail(load, absl::CancelledError("paddock: load task dropped"));
       return;
     }
     if (kind_ == LoadKind::kRefresh && load.slot != 0) {
@@ -740,7 +664,7 @@ class Cache<K, V, P, H, E>::LoadTask {
       // and nobody waits for it.
       load.slot =
           cache_->core_.slots.Restart(load.slot, cache_->core_.NowNanos());
-      if (load.slot == 0 && cache_->SkipRefresh(load)) return;
+      if (load.slot == 0 && Outcomes(cache_->core_).SkipRefresh(load)) return;
     }
     // With a shared tier the slot is taken once the loader is to run,
     // never for a wait for another process (LoadWithSlot).
@@ -749,11 +673,9 @@ class Cache<K, V, P, H, E>::LoadTask {
       // once the destructor begins (within LoadSlots' recheck interval).
       load.slot = cache_->core_.AcquireSlot();
       if (load.slot == 0) {
-        const int64_t now = cache_->core_.NowNanos();
-        cache_->Complete(load,
-                         lifeline_->closing() ? DestroyedBeforeItRan()
-                                              : cache_->core_.NoSlotError(),
-                         /*loader_ran=*/false, now, now);
+        Outcomes(cache_->core_)
+            .Fail(load, lifeline_->closing() ? DestroyedBeforeItRan()
+                                             : cache_->core_.NoSlotError());
         return;
       }
     }
@@ -761,9 +683,7 @@ class Cache<K, V, P, H, E>::LoadTask {
     // is dropped, as the destructor's contract says, whatever it waited for.
     if (lifeline_->closing()) {
       cache_->core_.slots.Release(std::exchange(load.slot, 0));
-      const int64_t now = cache_->core_.NowNanos();
-      cache_->Complete(load, DestroyedBeforeItRan(), /*loader_ran=*/false, now,
-                       now);
+      Outcomes(cache_->core_).Fail(load, DestroyedBeforeItRan());
       return;
     }
     // A blocking loader holds this thread until it returns: a GetAsync
@@ -789,68 +709,6 @@ class Cache<K, V, P, H, E>::LoadTask {
   // Set for the next step of a parked load (Resume).
   std::optional<FleetProgress> resume_;
   bool caller_waits_ = false;
-};
-
-// A GetAsync caller waiting for a load: completed once, by the load's
-// outcome, its wait_timeout (the timer thread) or the cache's destructor.
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-class Cache<K, V, P, H, E>::AsyncWaiter final
-    : public internal::AsyncWaiterBase {
- public:
-  // `joined`: it waits for another caller's load (its timeout is counted as
-  // a wait timeout), not for one it started.
-  AsyncWaiter(Cache* cache, const K& key, size_t hash, Callback done,
-              SteadyTime deadline, bool joined)
-      : AsyncWaiterBase(deadline),
-        cache_(cache),
-        lifeline_(cache->core_.lifeline),
-        key_(key),
-        hash_(hash),
-        joined_(joined),
-        done_(std::move(done)) {}
-
-  // The waiter's own copy of its key: valid as long as the waiter, after
-  // its callback has run (and freed the caller's). Thread-safe.
-  const K& key() const { return key_; }
-
-  // Calls back with `result`; for the waiter's claimer only.
-  void Run(absl::StatusOr<V> result) noexcept {
-    // Destroying the cache from inside `done` is caught (internal/lifeline.h).
-    const internal::Lifeline::CallbackScope scope(lifeline_.get());
-    // Moved out, so that what the callback holds is destroyed once it has
-    // run, not with the waiter (which its load's flight may hold on to).
-    Callback done = std::move(done_);
-    try {
-      std::move(done)(std::move(result));
-    } catch (...) {
-      // Documented: a callback's exception is dropped.
-    }
-  }
-
-  bool Expire() override {
-    const internal::Lifeline::Pass pass = lifeline_->Enter();
-    if (!pass) return false;  // ~Cache cancels it, on its own thread.
-    absl::StatusOr<V> result = absl::InternalError("paddock: timed out");
-    try {
-      result = cache_->TimedOut(key_, hash_, joined_);
-    } catch (...) {
-      // A copy of V threw: the caller gets the timeout's Internal error.
-    }
-    Run(std::move(result));
-    return true;
-  }
-
-  void Cancel() override {
-    Run(absl::CancelledError("paddock: cache destroyed"));
-  }
-
- private:
-  Cache* const cache_;
-  const std::shared_ptr<internal::Lifeline> lifeline_;
-  const K key_;
-  const size_t hash_;
-  const bool joined_;
-  Callback done_;
 };
 
 // An asynchronous loader's load in progress: what its completion needs when
@@ -1020,8 +878,9 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
   // This acquires the record, reads this cache's clock (on the system clock,
   // CoarseNowNanos starts or retries the ticker) and takes the hit.
   std::optional<absl::StatusOr<V>> now;
-  const bool found = TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
-                             core_.HitNowNanos(), now);
+  const bool found =
+      Lookup(core_).TakeHit(shard, key, hash, internal::CurrentThreadRecord(),
+                            core_.HitNowNanos(), now);
   if (now.has_value()) return *std::move(now);
   // Past the hit, a key of another type becomes a K once, for both calls.
   decltype(auto) k = KeyOf(key);
@@ -1054,16 +913,16 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::ServeNow(Shard& shard,
     internal::EpochGuard guard;
     if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
       now = core_.NowNanos();
-      answer = Examine(n, now);
+      answer = Lookup(core_).Examine(n, now);
       if (answer.served != Answer::Served::kNothing) {
-        result.emplace(ResultOf(answer));
+        result.emplace(Lookup::ResultOf(answer));
         if (answer.refresh) PrepareRefresh(shard, key, hash, n, refresh);
       }
     }
   }
   // Past the guard: a load must never run inside one.
   if (result.has_value()) {
-    Record(answer, now);
+    Lookup(core_).Record(answer, now);
     if (refresh.has_value()) Schedule(*std::move(refresh));
   }
   return result;
@@ -1086,9 +945,10 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
   const int64_t now =
       core_.system_clock ? internal::CoarseNowNanosIfTicking() : 0;
   std::optional<absl::StatusOr<V>> result;
-  const bool found = record == nullptr || now == 0
-                         ? TakeHitUnprepared(shard, key, hash, result)
-                         : TakeHit(shard, key, hash, record, now, result);
+  const bool found =
+      record == nullptr || now == 0
+          ? Lookup(core_).TakeHitUnprepared(shard, key, hash, result)
+          : Lookup(core_).TakeHit(shard, key, hash, record, now, result);
   // Nothing to serve without an entry: the caller's locked path looks again.
   if (!result.has_value() && found) {
     result = ServeNow(shard, KeyOf(key), hash);
@@ -1114,9 +974,9 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
   std::optional<absl::StatusOr<V>> now;
   bool found;
   if (record == nullptr || coarse == 0) [[unlikely]] {
-    found = TakeHitUnprepared(shard, key, hash, now);
+    found = Lookup(core_).TakeHitUnprepared(shard, key, hash, now);
   } else {
-    found = TakeHit(shard, key, hash, record, coarse, now);
+    found = Lookup(core_).TakeHit(shard, key, hash, record, coarse, now);
   }
   if (!now.has_value()) {
     // Past the hit, a key of another type becomes a K once, for both calls.
@@ -1172,7 +1032,7 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     {
       Writer w(shard);
       if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-        answer = Examine(n, now);
+        answer = Lookup(core_).Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
         internal::Joined<Flight> joined =
@@ -1184,14 +1044,14 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
       }
     }
     if (answer.served != Answer::Served::kNothing) {
-      result.emplace(ResultOf(answer));
+      result.emplace(Lookup::ResultOf(answer));
       if (answer.refresh) {
         PrepareRefresh(shard, key, hash, answer.entry, refresh);
       }
     }
   }
   if (result.has_value()) {
-    Record(answer, now);
+    Lookup(core_).Record(answer, now);
     if (refresh.has_value()) Schedule(*std::move(refresh));
     try {
       std::move(done)(*std::move(result));
@@ -1222,53 +1082,16 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     }
     Load load{own_key(), hash, flight, LoadKind::kForeground};
     load.delivery = std::move(delivery);
-    const int64_t at = core_.NowNanos();
-    Complete(load, absl::InternalError("paddock: could not start the load"),
-             /*loader_ran=*/false, at, at);
+    Outcomes(core_).Fail(
+        load, absl::InternalError("paddock: could not start the load"));
   };
   try {
     if constexpr (!P::kCoalesceLoads) {
       delivery = std::make_shared<Flight>(key, hash, now);
     }
     Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
-    const absl::Duration timeout = core_.options.wait_timeout;
-    waiter = std::make_shared<AsyncWaiter>(
-        this, key, hash, std::move(done),
-        internal::IsForever(timeout)
-            ? internal::AsyncWaiterBase::SteadyTime::max()
-            : std::chrono::steady_clock::now() +
-                  absl::ToChronoNanoseconds(timeout),
-        /*joined=*/!lead);
-    if (timeout <= absl::ZeroDuration()) {
-      // Never waits: the answer a timeout gives, now. (The load, if this
-      // caller started one, still runs and stores.)
-      waiter->Claim();
-      waiter->Run(TimedOut(own_key(), hash, /*counted=*/!lead));
-    } else {
-      try {
-        core_.async_waiters.Add(waiter);
-      } catch (...) {
-        // No timer thread: this caller gets the timeout's answer at once.
-        waiter->Claim();
-        waiter->Run(TimedOut(own_key(), hash, /*counted=*/!lead));
-      }
-      bool joined = true;
-      try {
-        joined = waiter->claimed() || rendezvous.AddAsyncWaiter(waiter);
-      } catch (...) {
-        // Not joined (out of memory): forget it before its timer answers,
-        // so that `done` is not called after this caller gets the
-        // exception. If the timer has claimed it already, that answer
-        // stands and this caller gets no exception.
-        if (waiter->Claim()) {
-          core_.async_waiters.Remove(waiter.get());
-          throw;
-        }
-      }
-      if (!joined) {
-        Deliver(waiter, *rendezvous.published());  // Published meanwhile.
-      }
-    }
+    Waiting(core_).Enlist(rendezvous, key, hash, std::move(done),
+                          /*joined=*/!lead, waiter);
   } catch (...) {
     // This caller gets the exception (as from Get), not its callback.
     if (lead) end_unstarted();
@@ -1296,119 +1119,6 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::TimedOut(const K& key, size_t hash,
-                                                 bool counted) {
-  if (counted) core_.recorder.WaitTimeout();
-  std::optional<V> stale;
-  int64_t now = 0;
-  int64_t loaded_at = 0;
-  {
-    internal::EpochGuard guard;
-    now = core_.NowNanos();
-    const Entry* n = core_.ShardFor(hash).Find(hash, key, core_.lookup_eq());
-    if (n != nullptr && n->has_value() &&
-        now < n->keep_until(core_.fixed_times)) {
-      stale.emplace(n->value());
-      loaded_at = n->loaded_at(core_.fixed_times);
-    }
-  }
-  if (stale.has_value()) {
-    core_.recorder.StaleFallback(absl::Nanoseconds(now - loaded_at));
-    return *std::move(stale);
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("paddock: the load of this key did not finish within "
-                   "wait_timeout (",
-                   absl::FormatDuration(core_.options.wait_timeout), ")"));
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::Deliver(
-    const std::shared_ptr<internal::AsyncWaiterBase>& base,
-    const Outcome& outcome) noexcept {
-  auto* waiter = static_cast<AsyncWaiter*>(base.get());
-  if (!waiter->Claim()) return;  // Timed out or cancelled first.
-  core_.async_waiters.Remove(waiter);
-  absl::StatusOr<V> result = absl::InternalError(
-      "paddock: copying the loaded value for a waiter failed");
-  try {
-    result = Serve(outcome);
-  } catch (...) {
-    // A copy of V threw: this waiter gets the Internal error.
-  }
-  waiter->Run(std::move(result));
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Answer Cache<K, V, P, H, E>::Examine(
-    Entry* n, int64_t now) {
-  using Served = typename Answer::Served;
-  const internal::EntryTimes t = n->times(core_.fixed_times);
-  if (n->has_value() && now < t.keep_until) {
-    const Decision d =
-        now < t.quiet_until
-            ? Decision::kServe
-            : core_.policy.Decide(core_.StateOf(n, t), absl::FromUnixNanos(now),
-                                  core_.rng);
-    if (d != Decision::kLoad) {
-      core_.MarkVisited(n);
-      const bool refresh = d == Decision::kServeAndRefresh &&
-                           now >= n->error_until() &&
-                           !n->refreshing.load(std::memory_order_relaxed) &&
-                           !n->refreshing.exchange(true);
-      return {now < t.expires_at ? Served::kFresh : Served::kStale, n, refresh,
-              t.loaded_at};
-    }
-  }
-  if (now < n->error_until()) {
-    // A recent failure is remembered: no loader call until it passes.
-    if (n->has_value() && now < t.stale_if_error_until) {
-      return {Served::kStaleFallback, n, false, t.loaded_at};
-    }
-    return {Served::kNegative, n, false, t.loaded_at};
-  }
-  return {};
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::ResultOf(const Answer& answer) {
-  if (answer.served == Answer::Served::kNegative) return answer.entry->error();
-  if (!answer.refresh) return answer.entry->value();
-  // Examine marked the entry for the refresh this caller was to start: if
-  // the copy throws, no refresh comes, so the mark must go too (else the
-  // key is served stale, never refreshed, until keep_for runs out).
-  try {
-    return answer.entry->value();
-  } catch (...) {
-    const_cast<Entry*>(answer.entry)
-        ->refreshing.store(false, std::memory_order_relaxed);
-    throw;
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::Record(const Answer& answer, int64_t now) {
-  // `answer.entry` may be retired by now: only the answer's own copy of
-  // its load time is read.
-  switch (answer.served) {
-    case Answer::Served::kFresh:
-      core_.recorder.Hit(internal::CurrentThreadRecord());
-      break;
-    case Answer::Served::kStale:
-      core_.recorder.StaleHit(absl::Nanoseconds(now - answer.loaded_at));
-      break;
-    case Answer::Served::kNegative:
-      core_.recorder.NegativeHit();
-      break;
-    case Answer::Served::kStaleFallback:
-      core_.recorder.StaleFallback(absl::Nanoseconds(now - answer.loaded_at));
-      break;
-    case Answer::Served::kNothing:
-      break;
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
                                                 size_t hash) {
   if (internal::IsLoadingOnThisThread(&core_, hash, key, core_.eq)) {
@@ -1426,9 +1136,10 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     if (!pending_registered || pending.completed) return;
     if (const std::shared_ptr<Flight> waited_on =
             internal::AbandonPending<P::kCoalesceLoads>(shard, &pending)) {
-      PublishTo(*waited_on,
-                {absl::InternalError("paddock: the load ended by an exception "
-                                     "before it completed")});
+      Outcomes(core_).Publish(
+          *waited_on,
+          {absl::InternalError("paddock: the load ended by an exception "
+                               "before it completed")});
     }
   };
   internal::Joined<Flight> joined;
@@ -1450,7 +1161,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
       Writer w(shard);
       // Re-check: a load may have stored the value since the lock-free look.
       if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-        answer = Examine(n, now);
+        answer = Lookup(core_).Examine(n, now);
       }
       if (answer.served == Answer::Served::kNothing) {
         joined = internal::RegisterOrJoin<P::kCoalesceLoads>(
@@ -1460,21 +1171,21 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
       }
     }
     if (answer.served != Answer::Served::kNothing) {
-      result.emplace(ResultOf(answer));
+      result.emplace(Lookup::ResultOf(answer));
       if (answer.refresh) {
         PrepareRefresh(shard, key, hash, answer.entry, refresh);
       }
     }
   }
   if (result.has_value()) {
-    Record(answer, now);
+    Lookup(core_).Record(answer, now);
     if (refresh.has_value()) Schedule(*std::move(refresh));
     return *std::move(result);
   }
   core_.recorder.Miss();
   if (joined.role == internal::Role::kJoin) {
     core_.recorder.CoalescedWait();
-    return Wait(joined.flight, shard, key, hash);
+    return Waiting(core_).Wait(joined.flight, key, hash);
   }
   // Nothing between here and the loader call waits (no load slot to take, no
   // shared tier to ask): the load starts at `now`, to the clock's eye.
@@ -1514,8 +1225,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     Load load{key, hash, nullptr, LoadKind::kForeground};
     load.caller_waits = true;
     load.pending = &pending;
-    return Serve(Complete(load, std::move(result), /*loader_ran=*/true, started,
-                          finished));
+    return Lookup(core_).Serve(Outcomes(core_).Complete(
+        load, std::move(result), /*loader_ran=*/true, started, finished));
   }
   absl::Status failure;  // Why storing failed, if it did.
   size_t evicted = 0;
@@ -1539,7 +1250,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
       evicted = shard.Store(w, current, std::move(fresh), finished);
     }
   } catch (...) {
-    failure = StoreFailure();
+    failure = Outcomes::StoreFailure();
     Writer w(shard);
     // Unless it went before the throw.
     if constexpr (P::kCoalesceLoads) {
@@ -1554,12 +1265,12 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
   if constexpr (P::kCoalesceLoads) {
     Flight* const flight = pending.flight.get();
     if (!failure.ok()) {
-      if (flight != nullptr) PublishTo(*flight, Outcome{failure});
+      if (flight != nullptr) Outcomes(core_).Publish(*flight, Outcome{failure});
       return failure;
     }
     if (flight != nullptr) {
       if (flight->joined() > 0) {
-        PublishCopyTo(*flight, result);
+        Outcomes(core_).PublishCopy(*flight, result);
       } else {
         flight->Abandon();
       }
@@ -1573,29 +1284,6 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Wait(
-    const std::shared_ptr<Flight>& flight, Shard& shard, const K& key,
-    size_t hash, bool counted) {
-  (void)shard;
-  if (const Outcome* outcome = flight->WaitFor(core_.options.wait_timeout);
-      outcome != nullptr) {
-    return Serve(*outcome);
-  }
-  // The leader of an asynchronous load (not `counted`) did not join as a
-  // coalesced waiter, so its timeout is not one either.
-  return TimedOut(key, hash, counted);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Serve(const Outcome& outcome) {
-  if (outcome.stale) {
-    core_.recorder.StaleFallback(
-        absl::Nanoseconds(core_.NowNanos() - outcome.stale_loaded_at));
-  }
-  return outcome.value;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
   load.caller_waits = true;
   // With a shared tier the slot is taken once the loader is to run, never
@@ -1603,12 +1291,11 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
   if (load.slot == 0 && !core_.fleet()) {
     load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
-      const int64_t now = core_.NowNanos();
-      return Serve(
-          Complete(load, core_.NoSlotError(), /*loader_ran=*/false, now, now));
+      return Lookup(core_).Serve(
+          Outcomes(core_).Fail(load, core_.NoSlotError()));
     }
   }
-  if (!core_.async_loader) return Serve(*RunLoad(load));
+  if (!core_.async_loader) return Lookup(core_).Serve(*RunLoad(load));
   // An asynchronous loader completes elsewhere: wait for it like a joiner,
   // on the load's flight (an uncoalesced load: on a rendezvous of its own).
   std::shared_ptr<Flight> rendezvous = load.flight;
@@ -1618,9 +1305,10 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
     rendezvous = load.delivery =
         std::make_shared<Flight>(load.key, load.hash, core_.NowNanos());
   }
-  if (std::optional<Outcome> outcome = RunLoad(load)) return Serve(*outcome);
-  return Wait(rendezvous, core_.ShardFor(load.hash), load.key, load.hash,
-              /*counted=*/false);
+  if (std::optional<Outcome> outcome = RunLoad(load))
+    return Lookup(core_).Serve(*outcome);
+  return Waiting(core_).Wait(rendezvous, load.key, load.hash,
+                             /*counted=*/false);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1682,8 +1370,8 @@ typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
       load.lease_lost = filled.lease_lost;
     }
   }
-  return Complete(load, std::move(result), /*loader_ran=*/true, started,
-                  finished);
+  return Outcomes(core_).Complete(load, std::move(result), /*loader_ran=*/true,
+                                  started, finished);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1808,8 +1496,9 @@ Cache<K, V, P, H, E>::Apply(Load& load, internal::FleetVerdict<V>& verdict) {
   if (auto* answer = std::get_if<internal::TierAnswer<V>>(&verdict)) {
     load.from_tier = &answer->record;
     const bool remembered_error = !answer->value.ok();
-    return Complete(load, std::move(answer->value),
-                    /*loader_ran=*/remembered_error, answer->now, answer->now);
+    return Outcomes(core_).Complete(load, std::move(answer->value),
+                                    /*loader_ran=*/remembered_error,
+                                    answer->now, answer->now);
   }
   if (auto* stale = std::get_if<internal::ServeStale<V>>(&verdict)) {
     return ServeStaleAndRefresh(load, *stale);
@@ -1819,8 +1508,9 @@ Cache<K, V, P, H, E>::Apply(Load& load, internal::FleetVerdict<V>& verdict) {
   }
   if (auto* give_up = std::get_if<internal::GiveUp>(&verdict)) {
     load.stale_until_keep = give_up->stale_until_keep;
-    return Complete(load, std::move(give_up->error), /*loader_ran=*/false,
-                    give_up->now, give_up->now);
+    return Outcomes(core_).Complete(load, std::move(give_up->error),
+                                    /*loader_ran=*/false, give_up->now,
+                                    give_up->now);
   }
   return LoadWithSlot(load, nullptr);  // LoadAlone.
 }
@@ -1860,7 +1550,7 @@ Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const Lease* lease) {
   if (load.slot == 0 && !load.caller_waits && load.kind == LoadKind::kRefresh) {
     // Only a refresh: skipped if no slot is free and nobody waits for it.
     load.slot = core_.slots.TryAcquire(core_.NowNanos());
-    if (load.slot == 0 && SkipRefresh(load)) {
+    if (load.slot == 0 && Outcomes(core_).SkipRefresh(load)) {
       Fleet(core_).GiveBack(lease);
       return std::nullopt;
     }
@@ -1869,14 +1559,12 @@ Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const Lease* lease) {
     load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
       Fleet(core_).GiveBack(lease);
-      const int64_t now = core_.NowNanos();
-      return Complete(load,
-                      core_.lifeline->closing()
-                          ? absl::CancelledError(
-                                "paddock: cache destroyed before this load "
-                                "took a load slot")
-                          : core_.NoSlotError(),
-                      /*loader_ran=*/false, now, now);
+      return Outcomes(core_).Fail(
+          load, core_.lifeline->closing()
+                    ? absl::CancelledError(
+                          "paddock: cache destroyed before this load "
+                          "took a load slot")
+                    : core_.NoSlotError());
     }
   }
   return LoadHere(load, lease);
@@ -1891,8 +1579,9 @@ Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
   // took the lease meanwhile). Kept, the refresh would wait for it.
   Fleet(core_).GiveBack(&stale.lease);
   load.from_tier = &stale.record;
-  Outcome outcome = Complete(load, std::move(stale.stale),
-                             /*loader_ran=*/false, stale.now, stale.now);
+  Outcome outcome =
+      Outcomes(core_).Complete(load, std::move(stale.stale),
+                               /*loader_ran=*/false, stale.now, stale.now);
   // Stored now, unless a write superseded it: refresh that very entry.
   if (core_.lifeline->closing()) return outcome;
   std::optional<LoadTask> refresh;
@@ -1913,239 +1602,6 @@ Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
   }
   if (refresh.has_value()) Schedule(*std::move(refresh));
   return outcome;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::Status Cache<K, V, P, H, E>::StoreFailure() {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("paddock: storing the loaded value failed: ", e.what()));
-  } catch (...) {
-    return absl::InternalError(
-        "paddock: storing the loaded value failed (an exception that is not "
-        "a std::exception)");
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::Complete(
-    Load& load, absl::StatusOr<V> result, bool loader_ran, int64_t started,
-    int64_t finished) noexcept {
-  // However the load ended (its loader returned, the shared tier answered,
-  // a wait timed out), a slot it still holds goes back now: one kept past
-  // here would count against max_concurrent_loads until it aged out.
-  core_.slots.Release(std::exchange(load.slot, 0));
-  Outcome outcome{std::move(result)};
-  // If storing fails, publish anyway: a waiter may have joined.
-  bool publish = true;
-  bool stored = false;
-  try {
-    publish = StoreOutcome(load, outcome, loader_ran, started, finished);
-    stored = true;
-  } catch (...) {
-    outcome = {StoreFailure()};
-  }
-  // From here the flight is done: even if it is still registered (storing
-  // threw before it was unregistered), nobody joins or waits for it again.
-  // (An uncoalesced load's registration is shared with the key's other
-  // loads and waited on by nobody: it is left alone.)
-  if (!stored) EndUnstored(load);
-  if (load.pending != nullptr) load.pending->completed = true;
-  if constexpr (P::kCoalesceLoads) {
-    if (Flight* flight = load.Rendezvous(); flight == nullptr) {
-      // A pending load nobody joined: nothing to publish.
-    } else if (!publish) {
-      flight->Abandon();
-    } else {
-      PublishTo(*flight, outcome);
-    }
-  }
-  if (load.delivery != nullptr) PublishTo(*load.delivery, outcome);
-  return outcome;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::EndUnstored(Load& load) noexcept {
-  if (internal::PendingLoad<Flight>* pending = load.pending) {
-    // Still registered, perhaps: unregistered here, so that its flight (if
-    // anyone joined) is final and nobody joins it after this.
-    Shard& shard = core_.ShardFor(load.hash);
-    Writer w(shard);
-    if constexpr (P::kCoalesceLoads) {
-      shard.ForgetPending(w, pending);
-    } else {
-      shard.ForgetRunner(w, pending);
-    }
-  } else if (load.kind == LoadKind::kRefresh) {
-    try {
-      EndRefreshUnstored(load, /*unless_joined=*/false);
-    } catch (...) {
-      // A key comparison threw: the flight, published next, is done all the
-      // same; the entry stays marked until keep_for runs out.
-    }
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-bool Cache<K, V, P, H, E>::EndRefreshUnstored(const Load& load,
-                                              bool unless_joined) {
-  Shard& shard = core_.ShardFor(load.hash);
-  internal::EpochGuard guard;
-  Writer w(shard);
-  // Joined under this lock: once unregistered, nobody joins any more.
-  if (unless_joined && load.flight->joined() > 0) return false;
-  // Still registered means nothing superseded the refresh: the key's entry
-  // is the one Examine marked for it, and no refresh of it is coming. (An
-  // uncoalesced registration is left to the loads sharing it.) Unmarked
-  // under the lock that unregisters, so that a new refresh cannot start in
-  // between and lose its own mark.
-  if (shard.IsRegistered(w, load.key, load.hash, load.flight.get(),
-                         /*drop=*/P::kCoalesceLoads)) {
-    if (Entry* current = shard.Find(load.hash, load.key, core_.lookup_eq())) {
-      current->refreshing.store(false, std::memory_order_relaxed);
-    }
-  }
-  return true;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-bool Cache<K, V, P, H, E>::SkipRefresh(const Load& load) noexcept {
-  if constexpr (!P::kCoalesceLoads) {
-    return false;  // Its registration may be shared: it waits for a slot.
-  } else {
-    try {
-      if (!EndRefreshUnstored(load, /*unless_joined=*/true)) return false;
-    } catch (...) {
-      return false;  // A key comparison threw: it ends the usual way.
-    }
-    load.flight->Abandon();
-    core_.recorder.RefreshSkipped();
-    return true;
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::PublishTo(Flight& flight,
-                                     const Outcome& outcome) noexcept {
-  std::vector<std::shared_ptr<internal::AsyncWaiterBase>> waiters;
-  try {
-    waiters = flight.Publish(outcome);
-  } catch (...) {
-    waiters = flight.Publish({absl::InternalError(
-        "paddock: copying the loaded value for its waiters failed")});
-  }
-  if (waiters.empty()) return;
-  const Outcome& published = *flight.published();
-  for (const auto& waiter : waiters) Deliver(waiter, published);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::PublishCopyTo(
-    Flight& flight, const absl::StatusOr<V>& result) noexcept {
-  std::optional<Outcome> copy;
-  try {
-    copy.emplace(Outcome{result});
-  } catch (...) {
-    copy.emplace(Outcome{absl::InternalError(
-        "paddock: copying the loaded value for its waiters failed")});
-  }
-  PublishTo(flight, *copy);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-bool Cache<K, V, P, H, E>::StoreOutcome(Load& load, Outcome& outcome,
-                                        bool loader_ran, int64_t started,
-                                        int64_t finished) {
-  Shard& shard = core_.ShardFor(load.hash);
-  const K& key = load.key;
-  // Held from the lock-free look at the current entry to the locked check
-  // that it is still current, so that an address cannot be reused between.
-  internal::EpochGuard guard;
-  for (;;) {
-    Entry* current = shard.Find(load.hash, key, core_.lookup_eq());
-    // Everything that copies V or calls the policy happens before the lock.
-    std::unique_ptr<Entry> fresh;
-    std::optional<Outcome> fallback;
-    if (load.lease_lost) {
-      // Another writer won the shared tier: store nothing here either.
-    } else if (outcome.value.ok()) {
-      const Writes writes(core_);
-      fresh =
-          load.from_tier != nullptr
-              ? writes.EntryFromTier(key, load.hash, *outcome.value,
-                                     *load.from_tier, finished)
-              : writes.NewEntry(key, load.hash, *outcome.value,
-                                finished - started, finished, load.lifetime);
-      if (!load.version.empty()) {
-        fresh->mutable_extras(core_.fixed_times).shared_version = load.version;
-      }
-    } else {
-      const bool has_value = current != nullptr && current->has_value();
-      // Callers of this load get the stale value instead of the error.
-      const bool stand_in =
-          has_value &&
-          finished < (load.stale_until_keep
-                          ? current->keep_until(core_.fixed_times)
-                          : current->stale_if_error_until(core_.fixed_times));
-      // A failed refresh never takes away the value it was refreshing.
-      const bool keep_value =
-          stand_in || (has_value && load.kind == LoadKind::kRefresh);
-      if (load.from_tier != nullptr) {
-        // An error the fleet remembers: for what is left of its keep_for.
-        const int64_t stored_at =
-            finished - internal::ToNanosSaturated(load.from_tier->age);
-        fresh = internal::MakeErrorEntry(
-            load.hash, key, current, keep_value, outcome.value.status(),
-            stored_at -
-                internal::ToNanosSaturated(load.from_tier->load_duration),
-            stored_at, load.from_tier->keep_for, core_.fixed_times);
-      } else if (loader_ran && core_.options.error_ttl > absl::ZeroDuration()) {
-        // Negative caching: no loader call for this key until error_until.
-        fresh = internal::MakeErrorEntry(
-            load.hash, key, current, keep_value, outcome.value.status(),
-            started, finished, core_.options.error_ttl, core_.fixed_times);
-      }
-      if (stand_in) {
-        fallback = Outcome{current->value(), true,
-                           current->loaded_at(core_.fixed_times)};
-      }
-    }
-    size_t evicted = 0;
-    bool joined;
-    {
-      Writer w(shard);
-      if (shard.Find(load.hash, key, core_.lookup_eq()) != current)
-        continue;  // Look again.
-      // Store only if no Put, Invalidate or newer load superseded this one.
-      // An uncoalesced load leaves the registration to the loads still
-      // sharing it.
-      bool own;
-      if constexpr (P::kCoalesceLoads) {
-        own = shard.IsRegistered(w, key, load.hash, load.flight.get(),
-                                 /*drop=*/true, load.pending);
-      } else if (load.pending != nullptr) {
-        own = shard.LeaveRunners(w, key, load.hash, load.pending);
-      } else {
-        const bool last = load.flight->RemoveRunner() == 0;
-        own = shard.IsRegistered(w, key, load.hash, load.flight.get(), last);
-      }
-      // Final: the flight can no longer be found, or is about to be done.
-      const Flight* flight = load.Rendezvous();
-      joined = flight != nullptr && flight->joined() > 0;
-      if (own && fresh != nullptr) {
-        evicted = shard.Store(w, current, std::move(fresh), finished);
-      } else if (own && current != nullptr) {
-        // Nothing stored (a failure, or a fill that lost the shared tier's
-        // lease): eligible for the next refresh, never wedged by this one.
-        current->refreshing.store(false, std::memory_order_relaxed);
-      }
-    }
-    core_.recorder.Evicted(evicted);
-    if (fallback.has_value()) outcome = *std::move(fallback);
-    return joined;
-  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -2212,28 +1668,6 @@ void Cache<K, V, P, H, E>::Schedule(LoadTask task) noexcept {
     // destroyed unrun (or `task` is destroyed here): either way the refresh
     // ends with Cancelled and the caller keeps the value it was served.
   }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-template <typename Q>
-std::optional<V> Cache<K, V, P, H, E>::GetIfPresentAny(const Q& key) const {
-  const size_t hash = core_.HashOf(key);
-  internal::EpochGuard guard;
-  const Entry* n = core_.ShardFor(hash).Find(hash, key, core_.lookup_eq());
-  if (n == nullptr || !n->has_value()) return std::nullopt;
-  const int64_t now = core_.NowNanos();
-  if (now < n->keep_until(core_.fixed_times) &&
-      (now < n->quiet_until ||
-       core_.policy.Decide(core_.StateOf(n), absl::FromUnixNanos(now),
-                           core_.rng) != Decision::kLoad)) {
-    core_.MarkVisited(n);
-    return n->value();
-  }
-  if (now < n->error_until() &&
-      now < n->stale_if_error_until(core_.fixed_times)) {
-    return n->value();
-  }
-  return std::nullopt;
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

@@ -333,7 +333,7 @@ TEST(FleetPathTest, AValueTooLargeToShareGivesTheLeaseBack) {
 
 TEST(FleetPathTest, DecodeMissesWhatThisProcessCannotUse) {
   Fixture<SingleFlight, int> f;
-  SharedRecord record{.value = std::string("42")};
+  SharedRecord record{.value = std::string("42"), .version = "v"};
   EXPECT_EQ(f.fleet().Decode(record)->value(), 42);
   record.value = std::string("forty-two");
   EXPECT_FALSE(f.fleet().Decode(record).has_value());
@@ -358,10 +358,12 @@ TEST(FleetPathTest, PutThroughWritesTheValueAsThisCachesWrite) {
   Fixture<> f;
   // PutThrough names this cache's subscription as the write's origin.
   f.core().subscription = f.tier_->Subscribe(&deaf);
-  f.fleet().PutThrough(
-      f.key_, "put",
-      Lifetime{.expires_after = absl::Seconds(3), .keep_for = absl::Seconds(4)},
-      /*load_duration=*/0, "v-put");
+  f.fleet().PutThrough(f.key_, "put",
+                       Lifetime{.expires_after = absl::Seconds(3),
+                                .quiet_for = absl::Seconds(3),
+                                .keep_for = absl::Seconds(4),
+                                .serve_on_error_for = absl::Seconds(3)},
+                       /*load_duration=*/0, "v-put");
   const std::optional<SharedFill> record = f.tier_->record(f.key_);
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->value.value(), "put");

@@ -164,6 +164,26 @@ std::shared_ptr<typename Shard::FlightType> AbandonPending(
   return pending->flight;
 }
 
+// Whether a load about to store its result still owns its key (no Put,
+// Invalidate or newer load superseded it), ending its registration: a
+// coalesced load unregisters (`flight`, or its `pending` load); an
+// uncoalesced one leaves the runners that share the key's registration, and
+// the last to leave unregisters it. Call with a Writer on `shard` held. May
+// throw (a key comparison), leaving the registration as it was.
+template <bool kCoalesce, typename Shard, typename K>
+bool Leave(typename Shard::Writer& w, Shard& shard, const K& key, size_t hash,
+           typename Shard::FlightType* flight, typename Shard::Pending* pending)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mutex()) {
+  if constexpr (kCoalesce) {
+    return shard.IsRegistered(w, key, hash, flight, /*drop=*/true, pending);
+  } else if (pending != nullptr) {
+    return shard.LeaveRunners(w, key, hash, pending);
+  } else {
+    const bool last = flight->RemoveRunner() == 0;
+    return shard.IsRegistered(w, key, hash, flight, last);
+  }
+}
+
 }  // namespace paddock::internal
 
 #endif  // PADDOCK_INTERNAL_ADMISSION_H_

@@ -83,6 +83,7 @@ class CacheCore {
   using Value = V;
   using Loader = absl::AnyInvocable<absl::StatusOr<V>(const K&) const>;
   using AsyncLoader = absl::AnyInvocable<void(const K&, Completion<V>) const>;
+  using Callback = absl::AnyInvocable<void(absl::StatusOr<V>) &&>;
 
   static constexpr bool kFixedLifetime = requires {
     requires P::kFixedLifetime;
@@ -97,6 +98,8 @@ class CacheCore {
                                              ? EntryLayout::kFixedExpiry
                                              : EntryLayout::kFull;
   static constexpr bool kShareable = internal::kShareable<K, V>;
+  // Loads of a key coalesce into one (the policy's choice).
+  static constexpr bool kCoalesce = P::kCoalesceLoads;
 
   // What lookups hash and compare keys with (see lookup_hash()).
   using LookupHash = typename LookupHashOf<K, H>::type;
