@@ -473,6 +473,49 @@ class Cache {
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetSlow(Shard& shard, const K& key,
                                                     size_t hash);
 
+  // -- Serve or admit: the step Get, GetAsync and Await share past the hit.
+  // What a lookup served: the value or error, what it counts as, and the
+  // refresh it starts.
+  struct Served {
+    std::optional<absl::StatusOr<V>> result;  // Unset: nothing served.
+    Answer answer;
+    int64_t now = 0;
+    std::optional<LoadTask> refresh;
+  };
+  // What Admit found: `served`, or this caller's part in the key's load.
+  struct Admitted {
+    Served served;
+    LoadStart start;  // When it looked: `served.now` is `start.nanos`.
+    internal::Joined<Flight> joined;
+  };
+  // Under one epoch guard and the shard's lock: what the key's entry
+  // serves, or else the caller's part in its load (admission.h), counted as
+  // a miss (and a coalesced wait, if it joined). `times_load`: the lookup's
+  // time comes from StartLoadClock, for a load this caller may time.
+  Admitted Admit(Shard& shard, const K& key, size_t hash, const AdmitAs& as,
+                 bool times_load, internal::PendingLoad<Flight>* pending);
+  // Inside the guard `served.answer` was made under: the result it serves,
+  // and the refresh it starts (prepared, not scheduled). Copies V.
+  void ServeUnderGuard(Shard& shard, const K& key, size_t hash, Served& served);
+  // After the guard: counts what was served, schedules its refresh, and
+  // returns the result.
+  absl::StatusOr<V> Finish(Served& served);
+  // GetSlow past Admit, for a caller that leads the key's load.
+  absl::StatusOr<V> LeadMiss(Shard& shard, const K& key, size_t hash,
+                             Admitted& admitted,
+                             internal::PendingLoad<Flight>* pending);
+  // GetAsync's load, once its caller is enlisted: starts it here (an
+  // asynchronous loader with nothing to wait for) or schedules a task.
+  // Never throws: a load that cannot start ends (EndUnstarted).
+  void StartAsyncLead(const K& key, size_t hash, std::shared_ptr<Flight> flight,
+                      std::shared_ptr<Flight> delivery, bool start_here);
+  // Ends a GetAsync caller's load that never started, so that a queued
+  // flight does not wait for a task nobody runs; unless a blocking Get
+  // claimed it meanwhile (its load then ends it).
+  void EndUnstarted(const K& key, size_t hash,
+                    const std::shared_ptr<Flight>& flight,
+                    std::shared_ptr<Flight> delivery, bool start_here) noexcept;
+
   // -- Loads.
   // Runs `load` on this thread (taking a slot first if it has none) and
   // returns what its caller gets.
@@ -905,27 +948,73 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::ServeNow(Shard& shard,
                                                                 const K& key,
                                                                 size_t hash) {
-  std::optional<LoadTask> refresh;
-  std::optional<absl::StatusOr<V>> result;
-  Answer answer;
-  int64_t now = 0;
+  Served served;
   {
     internal::EpochGuard guard;
     if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-      now = core_.NowNanos();
-      answer = Lookup(core_).Examine(n, now);
-      if (answer.served != Answer::Served::kNothing) {
-        result.emplace(Lookup::ResultOf(answer));
-        if (answer.refresh) PrepareRefresh(shard, key, hash, n, refresh);
-      }
+      served.now = core_.NowNanos();
+      served.answer = Lookup(core_).Examine(n, served.now);
+      ServeUnderGuard(shard, key, hash, served);
     }
   }
   // Past the guard: a load must never run inside one.
-  if (result.has_value()) {
-    Lookup(core_).Record(answer, now);
-    if (refresh.has_value()) Schedule(*std::move(refresh));
+  if (!served.result.has_value()) return std::nullopt;
+  return Finish(served);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+typename Cache<K, V, P, H, E>::Admitted Cache<K, V, P, H, E>::Admit(
+    Shard& shard, const K& key, size_t hash, const AdmitAs& as, bool times_load,
+    internal::PendingLoad<Flight>* pending) {
+  Admitted admitted;
+  Served& served = admitted.served;
+  {
+    // Held across the lock so that the entry examined under it can still be
+    // read (and compared by address) after it.
+    internal::EpochGuard guard;
+    // Read before the lock, which is then held for less: an entry stored
+    // after this reading is fresh at it, and a load registered after it has
+    // not reached max_load_age.
+    admitted.start =
+        times_load ? core_.StartLoadClock() : LoadStart{core_.NowNanos()};
+    served.now = admitted.start.nanos;
+    {
+      Writer w(shard);
+      // Re-check: a load may have stored the value since the lock-free look.
+      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
+        served.answer = Lookup(core_).Examine(n, served.now);
+      }
+      if (served.answer.served == Answer::Served::kNothing) {
+        admitted.joined = internal::RegisterOrJoin<P::kCoalesceLoads>(
+            w, shard, key, hash, served.now, core_.max_load_age, as, pending);
+      }
+    }
+    ServeUnderGuard(shard, key, hash, served);
   }
-  return result;
+  if (!served.result.has_value()) {
+    core_.recorder.Miss();
+    if (admitted.joined.role == internal::Role::kJoin) {
+      core_.recorder.CoalescedWait();
+    }
+  }
+  return admitted;
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::ServeUnderGuard(Shard& shard, const K& key,
+                                           size_t hash, Served& served) {
+  if (served.answer.served == Answer::Served::kNothing) return;
+  served.result.emplace(Lookup::ResultOf(served.answer));
+  if (served.answer.refresh) {
+    PrepareRefresh(shard, key, hash, served.answer.entry, served.refresh);
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::Finish(Served& served) {
+  Lookup(core_).Record(served.answer, served.now);
+  if (served.refresh.has_value()) Schedule(*std::move(served.refresh));
+  return *std::move(served.result);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -988,11 +1077,7 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
       return;
     }
   }
-  try {
-    std::forward<F>(done)(*std::move(now));
-  } catch (...) {
-    // Documented: a callback's exception is dropped.
-  }
+  internal::CallDropping(std::forward<F>(done), *std::move(now));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1007,11 +1092,8 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   if (core_.lifeline->closing()) [[unlikely]] {
     // Asked from a callback ~Cache runs: no load, and no waiter, would ever
     // answer (the destructor has cancelled every waiter it holds).
-    try {
-      std::move(done)(absl::CancelledError("paddock: cache destroyed"));
-    } catch (...) {
-      // Documented: a callback's exception is dropped.
-    }
+    internal::CallDropping(std::move(done),
+                           absl::CancelledError("paddock: cache destroyed"));
     return;
   }
   // An asynchronous loader with nothing to block on starts at once, here;
@@ -1019,87 +1101,51 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   // slot, the shared tier) runs on the executor.
   const bool start_here = core_.async_loader && core_.tier == nullptr &&
                           core_.options.max_concurrent_loads == 0;
-  std::shared_ptr<Flight> flight;
-  std::shared_ptr<Flight> delivery;
-  bool lead = false;
-  Answer answer;
-  int64_t now;
-  std::optional<LoadTask> refresh;
-  std::optional<absl::StatusOr<V>> result;
-  {
-    internal::EpochGuard guard;
-    now = core_.NowNanos();  // Before the lock, as in GetSlow.
-    {
-      Writer w(shard);
-      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-        answer = Lookup(core_).Examine(n, now);
-      }
-      if (answer.served == Answer::Served::kNothing) {
-        internal::Joined<Flight> joined =
-            internal::RegisterOrJoin<P::kCoalesceLoads>(
-                w, shard, key, hash, now, core_.max_load_age,
-                AdmitAs::GetAsync(start_here), /*pending=*/nullptr);
-        lead = joined.role != internal::Role::kJoin;
-        flight = std::move(joined.flight);
-      }
-    }
-    if (answer.served != Answer::Served::kNothing) {
-      result.emplace(Lookup::ResultOf(answer));
-      if (answer.refresh) {
-        PrepareRefresh(shard, key, hash, answer.entry, refresh);
-      }
-    }
-  }
-  if (result.has_value()) {
-    Lookup(core_).Record(answer, now);
-    if (refresh.has_value()) Schedule(*std::move(refresh));
-    try {
-      std::move(done)(*std::move(result));
-    } catch (...) {
-      // Documented: a callback's exception is dropped.
-    }
+  Admitted admitted = Admit(shard, key, hash, AdmitAs::GetAsync(start_here),
+                            /*times_load=*/false, /*pending=*/nullptr);
+  if (admitted.served.result.has_value()) {
+    internal::CallDropping(std::move(done), Finish(admitted.served));
     return;
   }
-  core_.recorder.Miss();
-  if (!lead) core_.recorder.CoalescedWait();
+  const bool lead = admitted.joined.role != internal::Role::kJoin;
+  std::shared_ptr<Flight> flight = std::move(admitted.joined.flight);
+  std::shared_ptr<Flight> delivery;
   // Once the waiter can be answered (by its timer, by a load a blocking Get
   // claimed, or inline by a zero wait_timeout), `done` may free whatever
   // holds the caller's `key`: from then on only the waiter's own copy of the
   // key is read.
   std::shared_ptr<AsyncWaiter> waiter;
-  const auto own_key = [&]() -> const K& {
-    return waiter != nullptr ? waiter->key() : key;
-  };
-  // Until a task (or the loader) holds the load this caller registered, a
-  // throw must end it: a queued flight never ages, and every later caller
-  // of the key would join it and wait for a load nobody runs.
-  const auto end_unstarted = [&]() noexcept {
-    // A blocking Get may have claimed the queued flight meanwhile: then its
-    // load runs, and ends the flight, for every caller that joined it.
-    // (Other flights start running: nobody else can claim them.)
-    if constexpr (P::kCoalesceLoads) {
-      if (!start_here && !flight->TryClaim(core_.NowNanos())) return;
-    }
-    Load load{own_key(), hash, flight, LoadKind::kForeground};
-    load.delivery = std::move(delivery);
-    Outcomes(core_).Fail(
-        load, absl::InternalError("paddock: could not start the load"));
-  };
   try {
     if constexpr (!P::kCoalesceLoads) {
-      delivery = std::make_shared<Flight>(key, hash, now);
+      delivery = std::make_shared<Flight>(key, hash, admitted.start.nanos);
     }
     Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
     Waiting(core_).Enlist(rendezvous, key, hash, std::move(done),
                           /*joined=*/!lead, waiter);
   } catch (...) {
-    // This caller gets the exception (as from Get), not its callback.
-    if (lead) end_unstarted();
+    // This caller gets the exception (as from Get), not its callback. Until
+    // a task (or the loader) holds the load it registered, a throw ends it:
+    // a queued flight never ages, and every later caller of the key would
+    // join it and wait for a load nobody runs.
+    if (lead) {
+      EndUnstarted(waiter != nullptr ? waiter->key() : key, hash, flight,
+                   std::move(delivery), start_here);
+    }
     throw;
   }
-  if (!lead) return;
+  if (lead) {
+    StartAsyncLead(waiter->key(), hash, std::move(flight), std::move(delivery),
+                   start_here);
+  }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::StartAsyncLead(const K& key, size_t hash,
+                                          std::shared_ptr<Flight> flight,
+                                          std::shared_ptr<Flight> delivery,
+                                          bool start_here) {
   if (start_here) {
-    Load load{own_key(), hash, flight, LoadKind::kForeground};
+    Load load{key, hash, flight, LoadKind::kForeground};
     load.caller_waits = true;
     load.delivery = std::move(delivery);
     StartAsyncLoad(load, nullptr);
@@ -1107,15 +1153,32 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   }
   try {
     std::optional<LoadTask> task;
-    task.emplace(this, own_key(), hash, LoadKind::kForeground);
+    task.emplace(this, key, hash, LoadKind::kForeground);
     task->Attach(flight, /*claimed=*/!P::kCoalesceLoads, std::move(delivery));
     Schedule(*std::move(task));
   } catch (...) {
     // The task could not be made (its key's copy threw): end the load as
     // dropped work ends, so that its waiters (this caller's among them,
     // through its delivery) are not left waiting.
-    end_unstarted();
+    EndUnstarted(key, hash, flight, std::move(delivery), start_here);
   }
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+void Cache<K, V, P, H, E>::EndUnstarted(const K& key, size_t hash,
+                                        const std::shared_ptr<Flight>& flight,
+                                        std::shared_ptr<Flight> delivery,
+                                        bool start_here) noexcept {
+  // A blocking Get may have claimed the queued flight meanwhile: then its
+  // load runs, and ends the flight, for every caller that joined it. (Other
+  // flights start running: nobody else can claim them.)
+  if constexpr (P::kCoalesceLoads) {
+    if (!start_here && !flight->TryClaim(core_.NowNanos())) return;
+  }
+  Load load{key, hash, flight, LoadKind::kForeground};
+  load.delivery = std::move(delivery);
+  Outcomes(core_).Fail(
+      load, absl::InternalError("paddock: could not start the load"));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -1142,72 +1205,45 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
                                "before it completed")});
     }
   };
-  internal::Joined<Flight> joined;
-  Answer answer;
-  LoadStart start;
-  int64_t now;
-  std::optional<LoadTask> refresh;
-  std::optional<absl::StatusOr<V>> result;
-  {
-    // Held across the lock so that the entry examined under it can still be
-    // read (and compared by address) after it.
-    internal::EpochGuard guard;
-    // Read before the lock, which is then held for less: an entry stored
-    // after this reading is fresh at it, and a load registered after it has
-    // not reached max_load_age.
-    start = core_.StartLoadClock();
-    now = start.nanos;
-    {
-      Writer w(shard);
-      // Re-check: a load may have stored the value since the lock-free look.
-      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-        answer = Lookup(core_).Examine(n, now);
-      }
-      if (answer.served == Answer::Served::kNothing) {
-        joined = internal::RegisterOrJoin<P::kCoalesceLoads>(
-            w, shard, key, hash, now, core_.max_load_age,
-            AdmitAs::Get(/*blocking_loader=*/!core_.async_loader), &pending);
-        pending_registered = joined.role == internal::Role::kLeadPending;
-      }
-    }
-    if (answer.served != Answer::Served::kNothing) {
-      result.emplace(Lookup::ResultOf(answer));
-      if (answer.refresh) {
-        PrepareRefresh(shard, key, hash, answer.entry, refresh);
-      }
-    }
+  Admitted admitted = Admit(
+      shard, key, hash, AdmitAs::Get(/*blocking_loader=*/!core_.async_loader),
+      /*times_load=*/true, &pending);
+  if (admitted.served.result.has_value()) return Finish(admitted.served);
+  pending_registered = admitted.joined.role == internal::Role::kLeadPending;
+  if (admitted.joined.role == internal::Role::kJoin) {
+    return Waiting(core_).Wait(admitted.joined.flight, key, hash);
   }
-  if (result.has_value()) {
-    Lookup(core_).Record(answer, now);
-    if (refresh.has_value()) Schedule(*std::move(refresh));
-    return *std::move(result);
-  }
-  core_.recorder.Miss();
-  if (joined.role == internal::Role::kJoin) {
-    core_.recorder.CoalescedWait();
-    return Waiting(core_).Wait(joined.flight, key, hash);
-  }
+  return LeadMiss(shard, key, hash, admitted,
+                  pending_registered ? &pending : nullptr);
+}
+
+template <typename K, typename V, RefreshPolicy P, typename H, typename E>
+absl::StatusOr<V> Cache<K, V, P, H, E>::LeadMiss(
+    Shard& shard, const K& key, size_t hash, Admitted& admitted,
+    internal::PendingLoad<Flight>* pending) {
   // Nothing between here and the loader call waits (no load slot to take, no
   // shared tier to ask): the load starts at `now`, to the clock's eye.
   const bool starts_now =
       core_.options.max_concurrent_loads == 0 && core_.tier == nullptr;
-  if (pending_registered && starts_now) {
-    return LeadPending(shard, key, hash, pending, start);
+  if (pending != nullptr && starts_now) {
+    return LeadPending(shard, key, hash, *pending, admitted.start);
   }
   // A claimed refresh's reservation, if no load took it; else Lead waits
   // for a slot, as this caller needs the value.
-  const LoadKind kind =
-      joined.claimed_refresh ? LoadKind::kRefresh : LoadKind::kForeground;
-  std::shared_ptr<Flight> flight = std::move(joined.flight);
+  const LoadKind kind = admitted.joined.claimed_refresh ? LoadKind::kRefresh
+                                                        : LoadKind::kForeground;
+  std::shared_ptr<Flight> flight = std::move(admitted.joined.flight);
   const internal::LoadSlots::Ticket slot =
       kind == LoadKind::kRefresh
           ? core_.slots.Restart(flight->slot(), core_.NowNanos())
           : 0;
   Load load{key, hash, std::move(flight), kind, slot};
-  if (pending_registered) load.pending = &pending;
+  load.pending = pending;
   // The general path times its load by the precise clock: from `now` only
   // if it is that clock's.
-  if (starts_now && start.tick_q32 == 0) load.starts_at = now;
+  if (starts_now && admitted.start.tick_q32 == 0) {
+    load.starts_at = admitted.start.nanos;
+  }
   return Lead(std::move(load));
 }
 
@@ -1228,59 +1264,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     return Lookup(core_).Serve(Outcomes(core_).Complete(
         load, std::move(result), /*loader_ran=*/true, started, finished));
   }
-  absl::Status failure;  // Why storing failed, if it did.
-  size_t evicted = 0;
-  try {
-    // Built before the lock, and copies V once: the caller gets `result`.
-    std::unique_ptr<Entry> fresh = Writes(core_).NewEntry(
-        key, hash, *result, finished - started, finished, std::nullopt);
-    Writer w(shard);
-    // No Put, Invalidate or newer load superseded this one: store.
-    bool own;
-    if constexpr (P::kCoalesceLoads) {
-      own = shard.IsRegistered(w, key, hash, nullptr, /*drop=*/true, &pending);
-    } else {
-      own = shard.LeaveRunners(w, key, hash, &pending);
-    }
-    if (own) {
-      // Found first, in a statement of its own: were `Find` an argument of
-      // `Store`, `fresh` might already be Store's parameter when `core_.eq`
-      // throws, and would then be destroyed under the lock.
-      Entry* const current = shard.Find(hash, key, core_.lookup_eq());
-      evicted = shard.Store(w, current, std::move(fresh), finished);
-    }
-  } catch (...) {
-    failure = Outcomes::StoreFailure();
-    Writer w(shard);
-    // Unless it went before the throw.
-    if constexpr (P::kCoalesceLoads) {
-      shard.ForgetPending(w, &pending);
-    } else {
-      shard.ForgetRunner(w, &pending);
-    }
-  }
-  core_.recorder.Evicted(evicted);
-  // Unregistered: the flight, if anyone joined, is final.
-  pending.completed = true;
-  if constexpr (P::kCoalesceLoads) {
-    Flight* const flight = pending.flight.get();
-    if (!failure.ok()) {
-      if (flight != nullptr) Outcomes(core_).Publish(*flight, Outcome{failure});
-      return failure;
-    }
-    if (flight != nullptr) {
-      if (flight->joined() > 0) {
-        Outcomes(core_).PublishCopy(*flight, result);
-      } else {
-        flight->Abandon();
-      }
-    }
-  } else {
-    // A co-runner's flight is waited on by nobody: it stays running for
-    // the runners still sharing it.
-    if (!failure.ok()) return failure;
-  }
-  return result;
+  return Outcomes(core_).StorePending(shard, key, hash, pending,
+                                      std::move(result), started, finished);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

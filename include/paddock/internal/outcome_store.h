@@ -69,6 +69,14 @@ class OutcomeStore {
     const int64_t now = core_.NowNanos();
     return Complete(load, std::move(error), /*loader_ran=*/false, now, now);
   }
+  // The store of a blocking Get's own pending load (registered without a
+  // flight, completed on the caller's thread): stores the loaded `result`
+  // if the load still owns its key, copying V once, and publishes a copy to
+  // whoever joined. Returns `result`, or the Internal error storing threw.
+  absl::StatusOr<V> StorePending(Shard& shard, const K& key, size_t hash,
+                                 PendingLoad<Flight>& pending,
+                                 absl::StatusOr<V> result, int64_t started,
+                                 int64_t finished);
   // A refresh about to start without a load slot: if nobody waits for it,
   // ends it (counted in refreshes_skipped; the entry is refreshable again)
   // and returns true; else returns false, and it waits for a slot.
@@ -164,8 +172,7 @@ bool OutcomeStore<Core>::Store(Load& load, Outcome& outcome, bool loader_ran,
     Entry* current = shard.Find(load.hash, load.key, core_.lookup_eq());
     // Everything that copies V or calls the policy happens before the lock;
     // an entry not stored is destroyed after it.
-    Built built =
-        Build(load, outcome, current, loader_ran, started, finished);
+    Built built = Build(load, outcome, current, loader_ran, started, finished);
     size_t evicted = 0;
     const std::optional<bool> joined =
         Commit(load, shard, current, built.fresh, finished, evicted);
@@ -185,13 +192,12 @@ typename OutcomeStore<Core>::Built OutcomeStore<Core>::Build(
   if (load.lease_lost) {
     // Another writer won the shared tier: store nothing here either.
   } else if (outcome.value.ok()) {
-    built.fresh = load.from_tier != nullptr
-                      ? writes.EntryFromTier(load.key, load.hash,
-                                             *outcome.value, *load.from_tier,
-                                             finished)
-                      : writes.NewEntry(load.key, load.hash, *outcome.value,
-                                        finished - started, finished,
-                                        load.lifetime);
+    built.fresh =
+        load.from_tier != nullptr
+            ? writes.EntryFromTier(load.key, load.hash, *outcome.value,
+                                   *load.from_tier, finished)
+            : writes.NewEntry(load.key, load.hash, *outcome.value,
+                              finished - started, finished, load.lifetime);
     if (!load.version.empty()) {
       built.fresh->mutable_extras(core_.fixed_times).shared_version =
           load.version;
@@ -217,9 +223,9 @@ typename OutcomeStore<Core>::Built OutcomeStore<Core>::Build(
           stored_at, load.from_tier->keep_for, core_.fixed_times);
     } else if (loader_ran && core_.options.error_ttl > absl::ZeroDuration()) {
       // Negative caching: no loader call for this key until error_until.
-      built.fresh = MakeErrorEntry(
-          load.hash, load.key, current, keep_value, outcome.value.status(),
-          started, finished, core_.options.error_ttl, core_.fixed_times);
+      built.fresh = MakeErrorEntry(load.hash, load.key, current, keep_value,
+                                   outcome.value.status(), started, finished,
+                                   core_.options.error_ttl, core_.fixed_times);
     }
     if (stand_in) {
       built.fallback = Outcome{current->value(), true,
@@ -252,6 +258,49 @@ std::optional<bool> OutcomeStore<Core>::Commit(Load& load, Shard& shard,
     current->refreshing.store(false, std::memory_order_relaxed);
   }
   return joined;
+}
+
+template <typename Core>
+absl::StatusOr<typename Core::Value> OutcomeStore<Core>::StorePending(
+    Shard& shard, const K& key, size_t hash, PendingLoad<Flight>& pending,
+    absl::StatusOr<V> result, int64_t started, int64_t finished) {
+  absl::Status failure;  // Why storing failed, if it did.
+  size_t evicted = 0;
+  try {
+    // Built before the lock, and copies V once: the caller gets `result`.
+    std::unique_ptr<Entry> fresh = Writes<Core>(core_).NewEntry(
+        key, hash, *result, finished - started, finished, std::nullopt);
+    Writer w(shard);
+    // No Put, Invalidate or newer load superseded this one: store.
+    if (Leave<Core::kCoalesce>(w, shard, key, hash, nullptr, &pending)) {
+      // Found first, in a statement of its own: were `Find` an argument of
+      // `Store`, `fresh` might already be Store's parameter when the key's
+      // Eq throws, and would then be destroyed under the lock.
+      Entry* const current = shard.Find(hash, key, core_.lookup_eq());
+      evicted = shard.Store(w, current, std::move(fresh), finished);
+    }
+  } catch (...) {
+    failure = StoreFailure();
+    AbandonPending<Core::kCoalesce>(shard, &pending);  // Unless it went.
+  }
+  core_.recorder.Evicted(evicted);
+  // Unregistered: the flight, if anyone joined, is final. (A co-runner's
+  // flight is waited on by nobody: it stays running for the runners still
+  // sharing it.)
+  pending.completed = true;
+  Flight* const flight = Core::kCoalesce ? pending.flight.get() : nullptr;
+  if (!failure.ok()) {
+    if (flight != nullptr) Publish(*flight, Outcome{failure});
+    return failure;
+  }
+  if (flight != nullptr) {
+    if (flight->joined() > 0) {
+      PublishCopy(*flight, result);
+    } else {
+      flight->Abandon();
+    }
+  }
+  return result;
 }
 
 template <typename Core>
@@ -325,8 +374,8 @@ void OutcomeStore<Core>::Publish(Flight& flight,
 }
 
 template <typename Core>
-void OutcomeStore<Core>::PublishCopy(
-    Flight& flight, const absl::StatusOr<V>& result) noexcept {
+void OutcomeStore<Core>::PublishCopy(Flight& flight,
+                                     const absl::StatusOr<V>& result) noexcept {
   std::optional<Outcome> copy;
   try {
     copy.emplace(Outcome{result});

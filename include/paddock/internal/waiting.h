@@ -26,6 +26,16 @@
 
 namespace paddock::internal {
 
+// Calls `done` with `result`, dropping what it throws: a GetAsync
+// callback's exception is documented as dropped.
+template <typename F, typename T>
+void CallDropping(F&& done, T&& result) noexcept {
+  try {
+    std::forward<F>(done)(std::forward<T>(result));
+  } catch (...) {
+  }
+}
+
 // A GetAsync caller waiting for a load. After the cache is gone it touches
 // nothing of it.
 template <typename Core>
@@ -58,11 +68,7 @@ class AsyncWaiter final : public AsyncWaiterBase {
     // Moved out, so that what the callback holds is destroyed once it has
     // run, not with the waiter (which its load's flight may hold on to).
     Callback done = std::move(done_);
-    try {
-      std::move(done)(std::move(result));
-    } catch (...) {
-      // Documented: a callback's exception is dropped.
-    }
+    CallDropping(std::move(done), std::move(result));
   }
 
   bool Expire() override {
