@@ -70,6 +70,7 @@
 #include "paddock/completion.h"
 #include "paddock/executor.h"
 #include "paddock/internal/admission.h"
+#include "paddock/internal/async_load.h"
 #include "paddock/internal/async_waiters.h"
 #include "paddock/internal/await_state.h"
 #include "paddock/internal/cache_core.h"
@@ -84,6 +85,7 @@
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/load_stack.h"
 #include "paddock/internal/load_state.h"
+#include "paddock/internal/loader_call.h"
 #include "paddock/internal/lookup.h"
 #include "paddock/internal/outcome_store.h"
 #include "paddock/internal/recorder.h"
@@ -420,9 +422,10 @@ class Cache {
   using Waiting = internal::Waiting<Core>;
   using AsyncWaiter = internal::AsyncWaiter<Core>;
   using Outcomes = internal::OutcomeStore<Core>;
+  using AsyncState = internal::AsyncLoadState<Core>;
+  using AsyncLoads = internal::AsyncLoads<Core>;
 
   class LoadTask;
-  struct AsyncLoad;
 
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
         Hash hash, Eq eq);
@@ -545,8 +548,10 @@ class Cache {
   // Starts the asynchronous loader for `load`, which it takes over. Never
   // throws: if the loader cannot be started, the load ends with an error.
   void StartAsyncLoad(Load& load, const Lease* lease);
-  // What the completion of an asynchronous load does.
-  static void FinishAsyncLoad(const std::shared_ptr<AsyncLoad>& state,
+  // What the completion of an asynchronous load does. `cache` is touched
+  // only if it still lives (the completion may come after it is gone).
+  static void FinishAsyncLoad(Cache* cache,
+                              const std::shared_ptr<AsyncState>& state,
                               absl::StatusOr<V> result, bool dropped,
                               const absl::Status& thrown);
   // The shared tier's part of a load: its value, a lease, or a wait.
@@ -574,10 +579,6 @@ class Cache {
   // gives the lease back, ends `load` with the stale value (stored as the
   // tier's) and schedules a background refresh of it.
   Outcome ServeStaleAndRefresh(Load& load, internal::ServeStale<V>& stale);
-  // The loader's answer for `key` (of `hash`), called inside the load scope
-  // that lets a reentrant Get of the same key fail instead of deadlocking;
-  // an exception it throws becomes an Internal error.
-  absl::StatusOr<V> CallLoader(const K& key, size_t hash);
 
   // -- Background refreshes.
   // Registers a refresh of `key`, whose entry is `n`, and puts its task in
@@ -752,50 +753,6 @@ class Cache<K, V, P, H, E>::LoadTask {
   // Set for the next step of a parked load (Resume).
   std::optional<FleetProgress> resume_;
   bool caller_waits_ = false;
-};
-
-// An asynchronous loader's load in progress: what its completion needs when
-// it is called, on any thread, perhaps after the cache is gone.
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-struct Cache<K, V, P, H, E>::AsyncLoad {
-  // Parameters named apart from the members: public headers stay quiet
-  // under a user's -Wshadow.
-  AsyncLoad(Cache* owner, Load& from, const Lease* held)
-      : cache(owner),
-        lifeline(owner->core_.lifeline),
-        key(from.key),
-        load{key, from.hash, from.flight, from.kind, /*slot=*/0},
-        lease(held != nullptr ? std::optional<Lease>(*held) : std::nullopt),
-        tier(held != nullptr ? owner->core_.options.shared : nullptr) {
-    // The load slot moves last, once nothing can throw: a copy above that
-    // throws leaves it with `from`, whose failure gives it back (taken
-    // first, it went down with this half-made object, held until
-    // max_load_age).
-    load.slot = std::exchange(from.slot, 0);
-    load.caller_waits = from.caller_waits;
-    load.stale_until_keep = from.stale_until_keep;
-    load.delivery = from.delivery;
-  }
-
-  Cache* const cache;
-  const std::shared_ptr<internal::Lifeline> lifeline;
-  const K key;
-  Load load;
-  const std::optional<Lease> lease;
-  // With a lease: the tier, to give it back if the cache is gone when the
-  // load ends (the tier may outlive the cache, and would extend the lease
-  // for hold_for meanwhile).
-  const std::shared_ptr<SharedTier> tier;
-  int64_t started = 0;
-  std::atomic<bool> finished{false};
-  // Set while the loader call is on the stack of `caller`: a completion
-  // destroyed there by an exception leaves the answer to the catch, or, if
-  // the loader catches that exception itself, to its return
-  // (`dropped_in_call`, read and written on `caller` only).
-  std::atomic<bool> in_call{false};
-  std::optional<absl::Status> dropped_in_call;
-  std::thread::id caller;
-  int uncaught = 0;
 };
 
 // What `Cache::Await` returns (see there).
@@ -1252,7 +1209,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
     Shard& shard, const K& key, size_t hash,
     internal::PendingLoad<Flight>& pending, const LoadStart& start) {
   core_.recorder.LoadStarted(LoadKind::kForeground);
-  absl::StatusOr<V> result = CallLoader(key, hash);
+  absl::StatusOr<V> result = internal::LoaderCall<Core>(core_).Call(key, hash);
   const auto [started, finished] = core_.EndLoadClock(start);
   core_.recorder.LoadFinished(LoadKind::kForeground, finished - started,
                               result.status());
@@ -1297,21 +1254,6 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::CallLoader(const K& key, size_t hash) {
-  internal::LoadScope scope(&core_, hash, &key);
-  try {
-    return core_.loader(key);
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("paddock: the loader threw: ", e.what()));
-  } catch (...) {
-    return absl::InternalError(
-        "paddock: the loader threw an exception that is not a "
-        "std::exception");
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 std::optional<typename Cache<K, V, P, H, E>::Outcome>
 Cache<K, V, P, H, E>::RunLoad(Load& load, Where where) {
   if constexpr (kShareable) {
@@ -1334,7 +1276,8 @@ Cache<K, V, P, H, E>::LoadHere(Load& load, const Lease* lease) {
   core_.recorder.LoadStarted(load.kind);
   const int64_t started =
       load.starts_at.has_value() ? *load.starts_at : core_.NowNanos();
-  absl::StatusOr<V> result = CallLoader(load.key, load.hash);
+  absl::StatusOr<V> result =
+      internal::LoaderCall<Core>(core_).Call(load.key, load.hash);
   std::move(release_slot).Cancel();  // FinishLoad releases it.
   return FinishLoad(load, std::move(result), started, lease);
 }
@@ -1363,14 +1306,15 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load, const Lease* lease) {
   core_.recorder.LoadStarted(load.kind);
   const int64_t started = core_.NowNanos();
-  std::shared_ptr<AsyncLoad> state;
+  std::shared_ptr<AsyncState> state;
   std::optional<Completion<V>> completion;
   try {
-    state = std::make_shared<AsyncLoad>(this, load, lease);
-    state->started = started;
-    completion.emplace([state](absl::StatusOr<V> result, bool dropped) mutable {
-      FinishAsyncLoad(state, std::move(result), dropped, absl::OkStatus());
-    });
+    state = std::make_shared<AsyncState>(core_, load, lease, started);
+    completion.emplace(
+        [cache = this, state](absl::StatusOr<V> result, bool dropped) mutable {
+          FinishAsyncLoad(cache, state, std::move(result), dropped,
+                          absl::OkStatus());
+        });
   } catch (...) {
     // Nothing started (a copy of the key threw, an allocation failed): the
     // load ends here, as one whose loader failed at once. Never throws, so
@@ -1382,66 +1326,31 @@ void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load, const Lease* lease) {
         started, lease, /*verdict=*/false);
     return;
   }
-  state->caller = std::this_thread::get_id();
-  state->uncaught = std::uncaught_exceptions();
-  state->in_call.store(true, std::memory_order_release);
-  absl::Status thrown;
-  // Called as a Loader is: a Get of this key from inside the call is
-  // refused at once, instead of waiting for a completion that cannot come
-  // before the call returns.
-  internal::LoadScope scope(&core_, state->load.hash, &state->key);
-  try {
-    core_.async_loader(state->key, *std::move(completion));
-  } catch (const std::exception& e) {
-    thrown = absl::InternalError(
-        absl::StrCat("paddock: the asynchronous loader threw: ", e.what()));
-  } catch (...) {
-    thrown = absl::InternalError(
-        "paddock: the asynchronous loader threw an exception that is not a "
-        "std::exception");
-  }
-  state->in_call.store(false, std::memory_order_release);
-  if (!thrown.ok()) {
-    FinishAsyncLoad(state, thrown, false, thrown);
-  } else if (state->dropped_in_call.has_value()) {
-    // Dropped by an exception the loader caught: a drop all the same.
-    FinishAsyncLoad(state, *state->dropped_in_call, false, absl::OkStatus());
+  if (std::optional<internal::SettleNow> now =
+          AsyncLoads::Call(core_, *state, *std::move(completion))) {
+    FinishAsyncLoad(this, state, std::move(now->result), /*dropped=*/false,
+                    now->thrown);
   }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 void Cache<K, V, P, H, E>::FinishAsyncLoad(
-    const std::shared_ptr<AsyncLoad>& state, absl::StatusOr<V> result,
-    bool dropped, const absl::Status& thrown) {
-  if (dropped && state->in_call.load(std::memory_order_acquire) &&
-      std::this_thread::get_id() == state->caller &&
-      std::uncaught_exceptions() > state->uncaught) {
-    // Unwinding from the loader: the catch answers, with what().
-    state->dropped_in_call = result.status();
-    return;
-  }
-  if (!thrown.ok()) result = thrown;
-  if (state->finished.exchange(true, std::memory_order_acq_rel)) return;
-  // A completion called after the cache is gone answers nobody (the
-  // destructor has answered every waiter), and gives a lease back.
+    Cache* cache, const std::shared_ptr<AsyncState>& state,
+    absl::StatusOr<V> result, bool dropped, const absl::Status& thrown) {
+  std::optional<absl::StatusOr<V>> settled =
+      AsyncLoads::Settle(*state, std::move(result), dropped, thrown);
+  if (!settled.has_value()) return;
   const internal::Lifeline::Pass pass = state->lifeline->Enter();
   if (!pass) {
-    if (state->tier != nullptr) {
-      try {
-        (void)state->tier->Release(state->lease->key_bytes,
-                                   state->lease->token);
-      } catch (...) {
-        // A tier that throws: the lease lapses.
-      }
-    }
+    AsyncLoads::ReleaseOrphanLease(*state);
     return;
   }
   // A dropped completion (a loader shedding work, or shutting down with
   // this process) says nothing about the key: the fleet does not remember
   // it, and another process may load the key at once.
-  state->cache->FinishLoad(state->load, std::move(result), state->started,
-                           state->lease ? &*state->lease : nullptr,
-                           /*verdict=*/!dropped);
+  cache->FinishLoad(state->load, *std::move(settled), state->started,
+                    state->lease ? &*state->lease : nullptr,
+                    /*verdict=*/!dropped);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
