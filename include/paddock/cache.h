@@ -72,7 +72,7 @@
 #include "paddock/internal/admission.h"
 #include "paddock/internal/async_load.h"
 #include "paddock/internal/async_waiters.h"
-#include "paddock/internal/await_state.h"
+#include "paddock/internal/awaiter.h"
 #include "paddock/internal/cache_core.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
@@ -144,7 +144,7 @@ class Cache {
 
   // What `Await` returns: an awaiter that refers to a key of type `Q`.
   template <typename Q>
-  class AwaiterFor;
+  using AwaiterFor = internal::AwaiterFor<Cache, V, Q>;
   using Awaiter = AwaiterFor<K>;
 
   // Throws `std::invalid_argument` naming the field and the value if
@@ -399,6 +399,9 @@ class Cache {
   const Options& options() const { return core_.options; }
 
  private:
+  template <typename, typename, typename>
+  friend class internal::AwaiterFor;
+
   static constexpr bool kFixedLifetime = Core::kFixedLifetime;
   static constexpr bool kFixedExpiry = Core::kFixedExpiry;
   static constexpr bool kShareable = Core::kShareable;
@@ -753,45 +756,6 @@ class Cache<K, V, P, H, E>::LoadTask {
   // Set for the next step of a parked load (Resume).
   std::optional<FleetProgress> resume_;
   bool caller_waits_ = false;
-};
-
-// What `Cache::Await` returns (see there).
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-template <typename Q>
-class Cache<K, V, P, H, E>::AwaiterFor {
- public:
-  AwaiterFor(const AwaiterFor&) = delete;
-  AwaiterFor& operator=(const AwaiterFor&) = delete;
-  // Destroyed with a coroutine still suspended in it: detaches, so that the
-  // lookup's answer, when it comes, touches nothing of the frame.
-  ~AwaiterFor() {
-    if (state_ != nullptr) state_->Detach();
-  }
-
-  bool await_ready() {
-    result_ = cache_->TryServeNow(*key_);
-    return result_.has_value();
-  }
-  bool await_suspend(std::coroutine_handle<> handle) {
-    // On the heap, shared with the callback: the frame may go first.
-    state_ = std::make_shared<internal::AwaitState<absl::StatusOr<V>>>();
-    cache_->GetAsync(*key_, [state = state_](absl::StatusOr<V> result) {
-      state->Complete(std::move(result));
-    });
-    return state_->Suspend(handle);
-  }
-  absl::StatusOr<V> await_resume() {
-    return result_.has_value() ? *std::move(result_) : state_->Take();
-  }
-
- private:
-  friend class Cache;
-  AwaiterFor(Cache* cache, const Q& key) : cache_(cache), key_(&key) {}
-
-  Cache* const cache_;
-  const Q* const key_;
-  std::optional<absl::StatusOr<V>> result_;  // Served at once.
-  std::shared_ptr<internal::AwaitState<absl::StatusOr<V>>> state_;
 };
 
 // ---------------------------------------------------------------------------
