@@ -82,6 +82,7 @@
 #include "paddock/internal/flight.h"
 #include "paddock/internal/hash_mix.h"
 #include "paddock/internal/lifeline.h"
+#include "paddock/internal/load_pipeline.h"
 #include "paddock/internal/load_slots.h"
 #include "paddock/internal/load_stack.h"
 #include "paddock/internal/load_state.h"
@@ -89,6 +90,7 @@
 #include "paddock/internal/lookup.h"
 #include "paddock/internal/outcome_store.h"
 #include "paddock/internal/recorder.h"
+#include "paddock/internal/refresh.h"
 #include "paddock/internal/seed.h"
 #include "paddock/internal/shard.h"
 #include "paddock/internal/ticks.h"
@@ -425,10 +427,9 @@ class Cache {
   using Waiting = internal::Waiting<Core>;
   using AsyncWaiter = internal::AsyncWaiter<Core>;
   using Outcomes = internal::OutcomeStore<Core>;
-  using AsyncState = internal::AsyncLoadState<Core>;
-  using AsyncLoads = internal::AsyncLoads<Core>;
-
-  class LoadTask;
+  using LoadTask = internal::LoadTask<Core>;
+  using Refresh = internal::Refresh<Core>;
+  using Pipeline = internal::LoadPipeline<Core>;
 
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
         Hash hash, Eq eq);
@@ -534,228 +535,18 @@ class Cache {
   absl::StatusOr<V> LeadPending(Shard& shard, const K& key, size_t hash,
                                 internal::PendingLoad<Flight>& pending,
                                 const LoadStart& start);
-  // Loads (through the shared tier, if any), stores, publishes; returns the
-  // outcome, or nullopt if an asynchronous loader will complete it.
-  // `where`: the thread it runs on (see internal::Where).
-  std::optional<Outcome> RunLoad(Load& load,
-                                 Where where = Where::kCallerThread);
-  // Calls the loader on this thread (an asynchronous one: starts it); with a
-  // lease, writes the result to the shared tier before storing it.
-  std::optional<Outcome> LoadHere(Load& load, const Lease* lease);
-  // The loader's result, from `started` on: the rest of LoadHere.
-  // `verdict`: an error is the key's answer, which error_ttl shares with the
-  // fleet; false for an error of this process's own (a dropped completion,
-  // a load that could not start), which gives the lease back instead.
-  Outcome FinishLoad(Load& load, absl::StatusOr<V> result, int64_t started,
-                     const Lease* lease, bool verdict = true);
-  // Starts the asynchronous loader for `load`, which it takes over. Never
-  // throws: if the loader cannot be started, the load ends with an error.
-  void StartAsyncLoad(Load& load, const Lease* lease);
-  // What the completion of an asynchronous load does. `cache` is touched
-  // only if it still lives (the completion may come after it is gone).
-  static void FinishAsyncLoad(Cache* cache,
-                              const std::shared_ptr<AsyncState>& state,
-                              absl::StatusOr<V> result, bool dropped,
-                              const absl::Status& thrown);
-  // The shared tier's part of a load: its value, a lease, or a wait.
-  std::optional<Outcome> RunFleetLoad(Load& load, Where where);
-  // RunFleetLoad from its first lookup on, and from each later one: asks
-  // the tier (internal::FleetPath) and carries out its verdict. Returns
-  // nullopt if the load goes on elsewhere (parked, or an asynchronous
-  // loader's).
-  std::optional<Outcome> AskFleet(Load& load, FleetProgress& progress,
-                                  Where where);
-  // Carries out a verdict of the tier that is not a park.
-  std::optional<Outcome> Apply(Load& load, internal::FleetVerdict<V>& verdict);
-  // Parks `load` (run on the executor) until its key changes in the tier or
-  // `wait` passes, its thread and flight handed to FleetWaits; returns
-  // false, parking nothing, if the key changed since `since` (a
-  // FleetWaits::sequence()): ask again at once. Throws if it cannot park.
-  bool ParkFleetLoad(Load& load, const FleetProgress& progress, uint64_t since,
-                     absl::Duration wait);
-  // LoadHere for a load that asked the tier: takes its load slot first,
-  // which it held during no wait for another process. A refresh nobody
-  // waits for that finds none is skipped; otherwise it waits for one
-  // within wait_timeout. A load that ends without one gives its lease back.
-  std::optional<Outcome> LoadWithSlot(Load& load, const Lease* lease);
-  // With the lease granted over a stale record that the policy serves:
-  // gives the lease back, ends `load` with the stale value (stored as the
-  // tier's) and schedules a background refresh of it.
-  Outcome ServeStaleAndRefresh(Load& load, internal::ServeStale<V>& stale);
-
-  // -- Background refreshes.
-  // Registers a refresh of `key`, whose entry is `n`, and puts its task in
-  // `*task`. The caller holds the epoch guard under which it found `n` (so
-  // `n` is compared by address safely) and schedules the task after that
-  // guard ends.
-  void PrepareRefresh(Shard& shard, const K& key, size_t hash, const Entry* n,
-                      std::optional<LoadTask>& task);
-  // Hands `task` to the executor; a task the executor refuses (throws) ends
-  // its load with Cancelled. Never throws.
-  void Schedule(LoadTask task) noexcept;
+  // Runs `load` on this thread through the pipeline, and what it leaves
+  // to do; returns the outcome, or nullopt if an asynchronous loader will
+  // complete it.
+  std::optional<Outcome> RunHere(Load& load) {
+    return Refresh(core_).Continue(
+        load, Pipeline(core_).Run(load, Where::kCallerThread),
+        Where::kCallerThread);
+  }
 
   // The only data member: every stage of the engine reaches the state
   // through it.
   Core core_;
-};
-
-// A load scheduled on the executor: a background refresh, or a load a
-// GetAsync caller started. It holds its flight from registration; a queued
-// flight is run by whoever claims it first: this task when the executor runs
-// it, or a caller that needs the value before then. Destroyed unrun (an
-// executor that drops work), it ends the load with Cancelled. After the
-// cache is gone it touches nothing of it.
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-class Cache<K, V, P, H, E>::LoadTask {
- public:
-  LoadTask(Cache* cache, const K& key, size_t hash,
-           LoadKind kind = LoadKind::kRefresh)
-      : cache_(cache),
-        lifeline_(cache->core_.lifeline),
-        key_(key),
-        hash_(hash),
-        kind_(kind) {}
-  LoadTask(LoadTask&&) noexcept = default;
-  LoadTask& operator=(LoadTask&&) = delete;
-  ~LoadTask() {
-    if (flight_ == nullptr) return;
-    if (resume_.has_value()) {
-      Resume(/*dropped=*/true);
-    } else {
-      Run(/*dropped=*/true);
-    }
-  }
-
-  // Gives the task its registered flight; until then destroying it does
-  // nothing. `claimed`: the flight is the key's shared registration of
-  // uncoalesced loads (never queued); `delivery` their own rendezvous.
-  void Attach(std::shared_ptr<Flight> flight, bool claimed = false,
-              std::shared_ptr<Flight> delivery = nullptr) {
-    flight_ = std::move(flight);
-    claimed_ = claimed;
-    delivery_ = std::move(delivery);
-  }
-
-  // Makes the task the next step of a load parked for another process's
-  // fill (`load`, whose flight it shares): it asks the tier again from
-  // `progress` when run. Destroyed unrun, it ends the load (see Resume).
-  void ContinueAfterPark(const Load& load, FleetProgress progress) {
-    resume_.emplace(std::move(progress));
-    flight_ = load.flight;
-    delivery_ = load.delivery;
-    caller_waits_ = load.caller_waits;
-  }
-
-  // Forgets the load: destroying the task then does nothing (the load goes
-  // on elsewhere).
-  void Disarm() {
-    flight_ = nullptr;
-    delivery_ = nullptr;
-  }
-
-  void operator()() && {
-    if (flight_ == nullptr) return;
-    if (resume_.has_value()) {
-      Resume(/*dropped=*/false);
-    } else {
-      Run(/*dropped=*/false);
-    }
-  }
-
- private:
-  // A parked load, woken: asks the tier again (or, `dropped` by the
-  // executor, ends with Cancelled). After the cache is gone it does
-  // nothing: ~Cache has answered its asynchronous waiters, and no caller
-  // blocks on a cache being destroyed.
-  void Resume(bool dropped) noexcept {
-    const internal::Lifeline::Pass pass = lifeline_->Enter();
-    Load load{key_, hash_, std::move(flight_), kind_};
-    if (!pass) return;
-    load.caller_waits = caller_waits_;
-    load.delivery = std::move(delivery_);
-    if (dropped || lifeline_->closing()) {
-      Outcomes(cache_->core_)
-          .Fail(load, absl::CancelledError("paddock: load task dropped"));
-      return;
-    }
-    if constexpr (kShareable) {
-      cache_->AskFleet(load, *resume_, Where::kExecutorTask);
-    }
-  }
-
-  void Run(bool dropped) noexcept {
-    const std::shared_ptr<Flight> flight = std::move(flight_);
-    const internal::Lifeline::Pass pass = lifeline_->Enter();
-    if (!pass) {
-      // The cache is gone (its destructor cancelled every async waiter);
-      // tell a blocked waiter still holding the flight, if any.
-      if (!claimed_ && flight->TryClaim(0)) {
-        flight->Publish({absl::CancelledError("paddock: cache destroyed")});
-      }
-      return;
-    }
-    // A caller that needed the value ran it already.
-    if (!claimed_ && !flight->TryClaim(cache_->core_.NowNanos())) return;
-    Load load{key_, hash_, flight, kind_, claimed_ ? 0 : flight->slot()};
-    load.caller_waits = kind_ == LoadKind::kForeground;
-    load.delivery = delivery_;
-    if (dropped) {
-      cache_->core_.slots.Release(std::exchange(load.slot, 0));
-      Outcomes(cache_->core_)
-          .Fail(load, absl::CancelledError("paddock: load task dropped"));
-      return;
-    }
-    if (kind_ == LoadKind::kRefresh && load.slot != 0) {
-      // Its slot was reserved when it was queued; a load that needed one may
-      // have taken it since. Skipped if none is free (it is only a refresh)
-      // and nobody waits for it.
-      load.slot =
-          cache_->core_.slots.Restart(load.slot, cache_->core_.NowNanos());
-      if (load.slot == 0 && Outcomes(cache_->core_).SkipRefresh(load)) return;
-    }
-    // With a shared tier the slot is taken once the loader is to run,
-    // never for a wait for another process (LoadWithSlot).
-    if (load.slot == 0 && !cache_->core_.fleet()) {
-      // The destructor waits for this task: it stops waiting for a slot
-      // once the destructor begins (within LoadSlots' recheck interval).
-      load.slot = cache_->core_.AcquireSlot();
-      if (load.slot == 0) {
-        Outcomes(cache_->core_)
-            .Fail(load, lifeline_->closing() ? DestroyedBeforeItRan()
-                                             : cache_->core_.NoSlotError());
-        return;
-      }
-    }
-    // Queued work that has not called the loader when the destructor begins
-    // is dropped, as the destructor's contract says, whatever it waited for.
-    if (lifeline_->closing()) {
-      cache_->core_.slots.Release(std::exchange(load.slot, 0));
-      Outcomes(cache_->core_).Fail(load, DestroyedBeforeItRan());
-      return;
-    }
-    // A blocking loader holds this thread until it returns: a GetAsync
-    // miss of the key waits for it rather than start another beside it
-    // (Shard::ExecutorFlight).
-    if (!claimed_ && !cache_->core_.async_loader) flight->MarkOnExecutor();
-    cache_->RunLoad(load, Where::kExecutorTask);
-  }
-
-  static absl::Status DestroyedBeforeItRan() {
-    return absl::CancelledError(
-        "paddock: cache destroyed before this queued load ran");
-  }
-
-  Cache* cache_;
-  std::shared_ptr<internal::Lifeline> lifeline_;
-  K key_;
-  size_t hash_;
-  LoadKind kind_;
-  bool claimed_ = false;
-  std::shared_ptr<Flight> flight_;
-  std::shared_ptr<Flight> delivery_;
-  // Set for the next step of a parked load (Resume).
-  std::optional<FleetProgress> resume_;
-  bool caller_waits_ = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -927,14 +718,16 @@ void Cache<K, V, P, H, E>::ServeUnderGuard(Shard& shard, const K& key,
   if (served.answer.served == Answer::Served::kNothing) return;
   served.result.emplace(Lookup::ResultOf(served.answer));
   if (served.answer.refresh) {
-    PrepareRefresh(shard, key, hash, served.answer.entry, served.refresh);
+    Refresh(core_).Prepare(shard, key, hash, served.answer.entry,
+                           served.refresh);
   }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Finish(Served& served) {
   Lookup(core_).Record(served.answer, served.now);
-  if (served.refresh.has_value()) Schedule(*std::move(served.refresh));
+  if (served.refresh.has_value())
+    Refresh(core_).Schedule(*std::move(served.refresh));
   return *std::move(served.result);
 }
 
@@ -1069,14 +862,14 @@ void Cache<K, V, P, H, E>::StartAsyncLead(const K& key, size_t hash,
     Load load{key, hash, flight, LoadKind::kForeground};
     load.caller_waits = true;
     load.delivery = std::move(delivery);
-    StartAsyncLoad(load, nullptr);
+    Pipeline(core_).StartAsync(load, nullptr);
     return;
   }
   try {
     std::optional<LoadTask> task;
-    task.emplace(this, key, hash, LoadKind::kForeground);
+    task.emplace(&core_, key, hash, LoadKind::kForeground);
     task->Attach(flight, /*claimed=*/!P::kCoalesceLoads, std::move(delivery));
-    Schedule(*std::move(task));
+    Refresh(core_).Schedule(*std::move(task));
   } catch (...) {
     // The task could not be made (its key's copy threw): end the load as
     // dropped work ends, so that its waiters (this caller's among them,
@@ -1193,7 +986,7 @@ template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
   load.caller_waits = true;
   // With a shared tier the slot is taken once the loader is to run, never
-  // for a wait for another process (LoadWithSlot).
+  // for a wait for another process (the pipeline's LoadWithSlot).
   if (load.slot == 0 && !core_.fleet()) {
     load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
@@ -1201,7 +994,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
           Outcomes(core_).Fail(load, core_.NoSlotError()));
     }
   }
-  if (!core_.async_loader) return Lookup(core_).Serve(*RunLoad(load));
+  if (!core_.async_loader) return Lookup(core_).Serve(*RunHere(load));
   // An asynchronous loader completes elsewhere: wait for it like a joiner,
   // on the load's flight (an uncoalesced load: on a rendezvous of its own).
   std::shared_ptr<Flight> rendezvous = load.flight;
@@ -1211,321 +1004,10 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
     rendezvous = load.delivery =
         std::make_shared<Flight>(load.key, load.hash, core_.NowNanos());
   }
-  if (std::optional<Outcome> outcome = RunLoad(load))
+  if (std::optional<Outcome> outcome = RunHere(load))
     return Lookup(core_).Serve(*outcome);
   return Waiting(core_).Wait(rendezvous, load.key, load.hash,
                              /*counted=*/false);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::RunLoad(Load& load, Where where) {
-  if constexpr (kShareable) {
-    if (core_.tier != nullptr) return RunFleetLoad(load, where);
-  }
-  return LoadHere(load, nullptr);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::LoadHere(Load& load, const Lease* lease) {
-  if (core_.async_loader) {
-    StartAsyncLoad(load, lease);
-    return std::nullopt;
-  }
-  // The slot goes back however the load ends.
-  absl::Cleanup release_slot = [&] {
-    core_.slots.Release(std::exchange(load.slot, 0));
-  };
-  core_.recorder.LoadStarted(load.kind);
-  const int64_t started =
-      load.starts_at.has_value() ? *load.starts_at : core_.NowNanos();
-  absl::StatusOr<V> result =
-      internal::LoaderCall<Core>(core_).Call(load.key, load.hash);
-  std::move(release_slot).Cancel();  // FinishLoad releases it.
-  return FinishLoad(load, std::move(result), started, lease);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Outcome Cache<K, V, P, H, E>::FinishLoad(
-    Load& load, absl::StatusOr<V> result, int64_t started, const Lease* lease,
-    bool verdict) {
-  const int64_t finished = core_.NowNanos();
-  core_.slots.Release(std::exchange(load.slot, 0));
-  core_.recorder.LoadFinished(load.kind, finished - started, result.status());
-  if constexpr (kShareable) {
-    if (lease != nullptr) {
-      internal::TierFill filled =
-          Fleet(core_).Fill(load, *lease, result, started, finished, verdict);
-      load.lifetime = filled.lifetime;
-      load.version = std::move(filled.version);
-      load.lease_lost = filled.lease_lost;
-    }
-  }
-  return Outcomes(core_).Complete(load, std::move(result), /*loader_ran=*/true,
-                                  started, finished);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::StartAsyncLoad(Load& load, const Lease* lease) {
-  core_.recorder.LoadStarted(load.kind);
-  const int64_t started = core_.NowNanos();
-  std::shared_ptr<AsyncState> state;
-  std::optional<Completion<V>> completion;
-  try {
-    state = std::make_shared<AsyncState>(core_, load, lease, started);
-    completion.emplace(
-        [cache = this, state](absl::StatusOr<V> result, bool dropped) mutable {
-          FinishAsyncLoad(cache, state, std::move(result), dropped,
-                          absl::OkStatus());
-        });
-  } catch (...) {
-    // Nothing started (a copy of the key threw, an allocation failed): the
-    // load ends here, as one whose loader failed at once. Never throws, so
-    // that no caller (a task under noexcept among them) is left with a
-    // registered load that nobody runs.
-    FinishLoad(
-        state != nullptr ? state->load : load,
-        absl::InternalError("paddock: could not start the asynchronous load"),
-        started, lease, /*verdict=*/false);
-    return;
-  }
-  if (std::optional<internal::SettleNow> now =
-          AsyncLoads::Call(core_, *state, *std::move(completion))) {
-    FinishAsyncLoad(this, state, std::move(now->result), /*dropped=*/false,
-                    now->thrown);
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::FinishAsyncLoad(
-    Cache* cache, const std::shared_ptr<AsyncState>& state,
-    absl::StatusOr<V> result, bool dropped, const absl::Status& thrown) {
-  std::optional<absl::StatusOr<V>> settled =
-      AsyncLoads::Settle(*state, std::move(result), dropped, thrown);
-  if (!settled.has_value()) return;
-  const internal::Lifeline::Pass pass = state->lifeline->Enter();
-  if (!pass) {
-    AsyncLoads::ReleaseOrphanLease(*state);
-    return;
-  }
-  // A dropped completion (a loader shedding work, or shutting down with
-  // this process) says nothing about the key: the fleet does not remember
-  // it, and another process may load the key at once.
-  cache->FinishLoad(state->load, *std::move(settled), state->started,
-                    state->lease ? &*state->lease : nullptr,
-                    /*verdict=*/!dropped);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::RunFleetLoad(Load& load, Where where) {
-  std::optional<FleetProgress> progress = Fleet(core_).Begin(load);
-  if (!progress.has_value()) return LoadWithSlot(load, nullptr);
-  return AskFleet(load, *progress, where);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::AskFleet(Load& load, FleetProgress& progress,
-                               Where where) {
-  Fleet fleet(core_);
-  for (;;) {
-    internal::FleetVerdict<V> verdict = fleet.Ask(load, progress, where);
-    const auto* park = std::get_if<internal::ParkFor>(&verdict);
-    if (park == nullptr) return Apply(load, verdict);
-    try {
-      if (ParkFleetLoad(load, progress, park->since, park->wait)) {
-        return std::nullopt;
-      }
-      continue;  // The key changed since the lookup: ask again now.
-    } catch (...) {
-      // Could not park (out of memory, no timer thread): wait here.
-    }
-    if (!fleet.AwaitChange(progress, park->wait)) {
-      return LoadWithSlot(load, nullptr);
-    }
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::Apply(Load& load, internal::FleetVerdict<V>& verdict) {
-  if (auto* answer = std::get_if<internal::TierAnswer<V>>(&verdict)) {
-    load.from_tier = &answer->record;
-    const bool remembered_error = !answer->value.ok();
-    return Outcomes(core_).Complete(load, std::move(answer->value),
-                                    /*loader_ran=*/remembered_error,
-                                    answer->now, answer->now);
-  }
-  if (auto* stale = std::get_if<internal::ServeStale<V>>(&verdict)) {
-    return ServeStaleAndRefresh(load, *stale);
-  }
-  if (auto* leased = std::get_if<internal::LoadUnderLease>(&verdict)) {
-    return LoadWithSlot(load, &leased->lease);
-  }
-  if (auto* give_up = std::get_if<internal::GiveUp>(&verdict)) {
-    load.stale_until_keep = give_up->stale_until_keep;
-    return Outcomes(core_).Complete(load, std::move(give_up->error),
-                                    /*loader_ran=*/false, give_up->now,
-                                    give_up->now);
-  }
-  return LoadWithSlot(load, nullptr);  // LoadAlone.
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-bool Cache<K, V, P, H, E>::ParkFleetLoad(Load& load,
-                                         const FleetProgress& progress,
-                                         uint64_t since, absl::Duration wait) {
-  auto next = std::make_unique<LoadTask>(this, load.key, load.hash, load.kind);
-  next->ContinueAfterPark(load, progress);
-  LoadTask* const unparked = next.get();
-  internal::FleetWaits::Wake wake = [this, lifeline = core_.lifeline,
-                                     next = std::move(next)]() mutable {
-    // On the tier's thread (a change) or FleetWaits' (a time): the next
-    // step runs on the executor. A cache being destroyed gets nothing:
-    // `next` then ends touching nothing of it.
-    const internal::Lifeline::Pass pass = lifeline->Enter();
-    if (pass) Schedule(std::move(*next));
-  };
-  const auto at =
-      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(wait);
-  bool parked = false;
-  try {
-    parked = internal::FleetWaits::Process().Park(
-        core_.tier, progress.key_bytes, core_.lifeline.get(), since, at, wake);
-  } catch (...) {
-    unparked->Disarm();  // The load goes on here: `next` must not end it.
-    throw;
-  }
-  if (!parked) unparked->Disarm();
-  return parked;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<typename Cache<K, V, P, H, E>::Outcome>
-Cache<K, V, P, H, E>::LoadWithSlot(Load& load, const Lease* lease) {
-  if (load.slot == 0 && !load.caller_waits && load.kind == LoadKind::kRefresh) {
-    // Only a refresh: skipped if no slot is free and nobody waits for it.
-    load.slot = core_.slots.TryAcquire(core_.NowNanos());
-    if (load.slot == 0 && Outcomes(core_).SkipRefresh(load)) {
-      Fleet(core_).GiveBack(lease);
-      return std::nullopt;
-    }
-  }
-  if (load.slot == 0) {
-    load.slot = core_.AcquireSlot();
-    if (load.slot == 0) {
-      Fleet(core_).GiveBack(lease);
-      return Outcomes(core_).Fail(
-          load, core_.lifeline->closing()
-                    ? absl::CancelledError(
-                          "paddock: cache destroyed before this load "
-                          "took a load slot")
-                    : core_.NoSlotError());
-    }
-  }
-  return LoadHere(load, lease);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Outcome
-Cache<K, V, P, H, E>::ServeStaleAndRefresh(Load& load,
-                                           internal::ServeStale<V>& stale) {
-  // The lease goes back first: the refresh asks the tier again, as one that
-  // a stale hit starts does (and finds another process refreshing, if one
-  // took the lease meanwhile). Kept, the refresh would wait for it.
-  Fleet(core_).GiveBack(&stale.lease);
-  load.from_tier = &stale.record;
-  Outcome outcome =
-      Outcomes(core_).Complete(load, std::move(stale.stale),
-                               /*loader_ran=*/false, stale.now, stale.now);
-  // Stored now, unless a write superseded it: refresh that very entry.
-  if (core_.lifeline->closing()) return outcome;
-  std::optional<LoadTask> refresh;
-  {
-    Shard& shard = core_.ShardFor(load.hash);
-    internal::EpochGuard guard;
-    Entry* n = shard.Find(load.hash, load.key, core_.lookup_eq());
-    const std::string* version = n != nullptr ? n->shared_version() : nullptr;
-    if (version != nullptr && *version == stale.record.version &&
-        !n->refreshing.exchange(true)) {
-      try {
-        PrepareRefresh(shard, load.key, load.hash, n, refresh);
-      } catch (...) {
-        // No refresh (PrepareRefresh unmarked the entry): the next stale
-        // hit starts one.
-      }
-    }
-  }
-  if (refresh.has_value()) Schedule(*std::move(refresh));
-  return outcome;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::PrepareRefresh(Shard& shard, const K& key,
-                                          size_t hash, const Entry* n,
-                                          std::optional<LoadTask>& task) {
-  // Built before the lock (it copies the key); inert until given a flight.
-  // If anything here throws, the entry must stay refreshable.
-  absl::Cleanup refreshable = [n] {
-    const_cast<Entry*>(n)->refreshing.store(false, std::memory_order_relaxed);
-  };
-  task.emplace(this, key, hash);
-  bool skipped = false;
-  bool unneeded = false;  // The task goes, after the lock (it holds a K).
-  // Declared before the lock: if `Register` throws, the flight (and its
-  // copy of K) is destroyed after the lock is released.
-  std::shared_ptr<Flight> flight;
-  {
-    Writer w(shard);
-    const int64_t now = core_.NowNanos();
-    // `n` cannot have been freed (the caller's guard), so an equal address
-    // is the same entry.
-    if (shard.Find(hash, key, core_.lookup_eq()) != n) {
-      unneeded = true;
-    } else if (shard.HasLiveFlight(key, hash, now, core_.max_load_age)) {
-      // One load per key; the one in flight replaces `n` when it stores.
-      // `n` stays marked, so its later hits do not come here again.
-      std::move(refreshable).Cancel();
-      unneeded = true;
-    } else if (const internal::LoadSlots::Ticket slot =
-                   core_.slots.TryReserve(now);
-               slot == 0) {
-      const_cast<Entry*>(n)->refreshing.store(false, std::memory_order_relaxed);
-      skipped = true;
-    } else {
-      absl::Cleanup release_slot = [&] { core_.slots.Release(slot); };
-      flight = std::make_shared<Flight>(key, hash, now, Flight::State::kQueued,
-                                        slot);
-      shard.Register(w, key, hash, flight);
-      std::move(release_slot).Cancel();  // The flight holds it now.
-      task->Attach(std::move(flight));
-      std::move(refreshable).Cancel();
-    }
-  }
-  if (unneeded) {
-    task.reset();
-    return;
-  }
-  if (skipped) {
-    task.reset();
-    core_.recorder.RefreshSkipped();
-    return;
-  }
-  core_.recorder.RefreshStarted();
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::Schedule(LoadTask task) noexcept {
-  try {
-    // Outside every lock and guard: an executor may run the task inline.
-    core_.executor()->Schedule(std::move(task));
-  } catch (...) {
-    // The executor could not be made or refused the task, which it then
-    // destroyed unrun (or `task` is destroyed here): either way the refresh
-    // ends with Cancelled and the caller keeps the value it was served.
-  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>

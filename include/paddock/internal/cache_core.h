@@ -55,6 +55,7 @@
 #include "paddock/internal/hash_mix.h"
 #include "paddock/internal/lifeline.h"
 #include "paddock/internal/load_slots.h"
+#include "paddock/internal/load_state.h"
 #include "paddock/internal/recorder.h"
 #include "paddock/internal/seed.h"
 #include "paddock/internal/shard.h"
@@ -67,14 +68,6 @@
 #include "paddock/shared_tier.h"
 
 namespace paddock::internal {
-
-// One load's result, shared by its waiters.
-template <typename V>
-struct Outcome {
-  absl::StatusOr<V> value;
-  bool stale = false;           // A stale value standing in for a failure.
-  int64_t stale_loaded_at = 0;  // When that stale value was loaded.
-};
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 class CacheCore {

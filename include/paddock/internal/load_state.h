@@ -1,10 +1,11 @@
 // File: paddock/internal/load_state.h
 // -----------------------------------------------------------------------------
-// What a load carries between the stages of a cache's engine: `Load`, one load
-// of one key from its registration to its completion; `Lease`, the shared
-// tier's permission to fill the key; `FleetProgress`, where a load that asks
-// the tier stands between two lookups; and `TierFill`, what filling the tier
-// left for storing the outcome locally.
+// What a load carries between the stages of a cache's engine: `Outcome`, its
+// result as its waiters get it; `Load`, one load of one key from its
+// registration to its completion; `Lease`, the shared tier's permission to
+// fill the key; `FleetProgress`, where a load that asks the tier stands
+// between two lookups; and `TierFill`, what filling the tier left for storing
+// the outcome locally.
 
 #ifndef PADDOCK_INTERNAL_LOAD_STATE_H_
 #define PADDOCK_INTERNAL_LOAD_STATE_H_
@@ -16,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "paddock/internal/in_flight_set.h"
 #include "paddock/internal/load_slots.h"
@@ -24,6 +26,14 @@
 #include "paddock/shared_tier.h"
 
 namespace paddock::internal {
+
+// One load's result, shared by its waiters.
+template <typename V>
+struct Outcome {
+  absl::StatusOr<V> value;
+  bool stale = false;           // A stale value standing in for a failure.
+  int64_t stale_loaded_at = 0;  // When that stale value was loaded.
+};
 
 // Whether a load runs on its caller's thread (a blocking Get waits there for
 // another process's fill) or in a task on the executor (which parks such a
