@@ -80,7 +80,9 @@
 #include "paddock/internal/fleet_path.h"
 #include "paddock/internal/fleet_waits.h"
 #include "paddock/internal/flight.h"
+#include "paddock/internal/front.h"
 #include "paddock/internal/hash_mix.h"
+#include "paddock/internal/leading.h"
 #include "paddock/internal/lifeline.h"
 #include "paddock/internal/load_pipeline.h"
 #include "paddock/internal/load_slots.h"
@@ -430,6 +432,8 @@ class Cache {
   using LoadTask = internal::LoadTask<Core>;
   using Refresh = internal::Refresh<Core>;
   using Pipeline = internal::LoadPipeline<Core>;
+  using Front = internal::Front<Core>;
+  using Leading = internal::Leading<Core>;
 
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
         Hash hash, Eq eq);
@@ -459,10 +463,6 @@ class Cache {
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnprepared(Shard& shard,
                                                           const Q& key,
                                                           size_t hash);
-  // What a lookup answers at once (fresh, stale, a remembered error), or
-  // nullopt; may start a refresh. Takes no lock unless it starts one.
-  std::optional<absl::StatusOr<V>> ServeNow(Shard& shard, const K& key,
-                                            size_t hash);
   // The hit path and ServeNow, for GetAsync and Await.
   template <typename Q>
   std::optional<absl::StatusOr<V>> TryServeNow(const Q& key);
@@ -479,70 +479,6 @@ class Cache {
   // Out of line: Get's inlined hit calls it.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetSlow(Shard& shard, const K& key,
                                                     size_t hash);
-
-  // -- Serve or admit: the step Get, GetAsync and Await share past the hit.
-  // What a lookup served: the value or error, what it counts as, and the
-  // refresh it starts.
-  struct Served {
-    std::optional<absl::StatusOr<V>> result;  // Unset: nothing served.
-    Answer answer;
-    int64_t now = 0;
-    std::optional<LoadTask> refresh;
-  };
-  // What Admit found: `served`, or this caller's part in the key's load.
-  struct Admitted {
-    Served served;
-    LoadStart start;  // When it looked: `served.now` is `start.nanos`.
-    internal::Joined<Flight> joined;
-  };
-  // Under one epoch guard and the shard's lock: what the key's entry
-  // serves, or else the caller's part in its load (admission.h), counted as
-  // a miss (and a coalesced wait, if it joined). `times_load`: the lookup's
-  // time comes from StartLoadClock, for a load this caller may time.
-  Admitted Admit(Shard& shard, const K& key, size_t hash, const AdmitAs& as,
-                 bool times_load, internal::PendingLoad<Flight>* pending);
-  // Inside the guard `served.answer` was made under: the result it serves,
-  // and the refresh it starts (prepared, not scheduled). Copies V.
-  void ServeUnderGuard(Shard& shard, const K& key, size_t hash, Served& served);
-  // After the guard: counts what was served, schedules its refresh, and
-  // returns the result.
-  absl::StatusOr<V> Finish(Served& served);
-  // GetSlow past Admit, for a caller that leads the key's load.
-  absl::StatusOr<V> LeadMiss(Shard& shard, const K& key, size_t hash,
-                             Admitted& admitted,
-                             internal::PendingLoad<Flight>* pending);
-  // GetAsync's load, once its caller is enlisted: starts it here (an
-  // asynchronous loader with nothing to wait for) or schedules a task.
-  // Never throws: a load that cannot start ends (EndUnstarted).
-  void StartAsyncLead(const K& key, size_t hash, std::shared_ptr<Flight> flight,
-                      std::shared_ptr<Flight> delivery, bool start_here);
-  // Ends a GetAsync caller's load that never started, so that a queued
-  // flight does not wait for a task nobody runs; unless a blocking Get
-  // claimed it meanwhile (its load then ends it).
-  void EndUnstarted(const K& key, size_t hash,
-                    const std::shared_ptr<Flight>& flight,
-                    std::shared_ptr<Flight> delivery, bool start_here) noexcept;
-
-  // -- Loads.
-  // Runs `load` on this thread (taking a slot first if it has none) and
-  // returns what its caller gets.
-  absl::StatusOr<V> Lead(Load load);
-  // Lead for GetSlow's most common miss: `pending` registered by this
-  // caller at `started`, with nothing to wait for before the loader (no
-  // load-slot limit, no shared tier). A loaded value is stored and the load
-  // unregistered under one lock, with no lock-free look before it; an error,
-  // or a failure to store, completes the general way (Complete).
-  absl::StatusOr<V> LeadPending(Shard& shard, const K& key, size_t hash,
-                                internal::PendingLoad<Flight>& pending,
-                                const LoadStart& start);
-  // Runs `load` on this thread through the pipeline, and what it leaves
-  // to do; returns the outcome, or nullopt if an asynchronous loader will
-  // complete it.
-  std::optional<Outcome> RunHere(Load& load) {
-    return Refresh(core_).Continue(
-        load, Pipeline(core_).Run(load, Where::kCallerThread),
-        Where::kCallerThread);
-  }
 
   // The only data member: every stage of the engine reaches the state
   // through it.
@@ -640,7 +576,8 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
   // Past the hit, a key of another type becomes a K once, for both calls.
   decltype(auto) k = KeyOf(key);
   if (found) {
-    if (std::optional<absl::StatusOr<V>> served = ServeNow(shard, k, hash)) {
+    if (std::optional<absl::StatusOr<V>> served =
+            Front(core_).ServeNow(shard, k, hash)) {
       return *std::move(served);
     }
   }
@@ -650,85 +587,11 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnquiet(Shard& shard, const K& key,
                                                    size_t hash) {
-  if (std::optional<absl::StatusOr<V>> now = ServeNow(shard, key, hash)) {
+  if (std::optional<absl::StatusOr<V>> now =
+          Front(core_).ServeNow(shard, key, hash)) {
     return *std::move(now);
   }
   return GetSlow(shard, key, hash);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::ServeNow(Shard& shard,
-                                                                const K& key,
-                                                                size_t hash) {
-  Served served;
-  {
-    internal::EpochGuard guard;
-    if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-      served.now = core_.NowNanos();
-      served.answer = Lookup(core_).Examine(n, served.now);
-      ServeUnderGuard(shard, key, hash, served);
-    }
-  }
-  // Past the guard: a load must never run inside one.
-  if (!served.result.has_value()) return std::nullopt;
-  return Finish(served);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Admitted Cache<K, V, P, H, E>::Admit(
-    Shard& shard, const K& key, size_t hash, const AdmitAs& as, bool times_load,
-    internal::PendingLoad<Flight>* pending) {
-  Admitted admitted;
-  Served& served = admitted.served;
-  {
-    // Held across the lock so that the entry examined under it can still be
-    // read (and compared by address) after it.
-    internal::EpochGuard guard;
-    // Read before the lock, which is then held for less: an entry stored
-    // after this reading is fresh at it, and a load registered after it has
-    // not reached max_load_age.
-    admitted.start =
-        times_load ? core_.StartLoadClock() : LoadStart{core_.NowNanos()};
-    served.now = admitted.start.nanos;
-    {
-      Writer w(shard);
-      // Re-check: a load may have stored the value since the lock-free look.
-      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-        served.answer = Lookup(core_).Examine(n, served.now);
-      }
-      if (served.answer.served == Answer::Served::kNothing) {
-        admitted.joined = internal::RegisterOrJoin<P::kCoalesceLoads>(
-            w, shard, key, hash, served.now, core_.max_load_age, as, pending);
-      }
-    }
-    ServeUnderGuard(shard, key, hash, served);
-  }
-  if (!served.result.has_value()) {
-    core_.recorder.Miss();
-    if (admitted.joined.role == internal::Role::kJoin) {
-      core_.recorder.CoalescedWait();
-    }
-  }
-  return admitted;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::ServeUnderGuard(Shard& shard, const K& key,
-                                           size_t hash, Served& served) {
-  if (served.answer.served == Answer::Served::kNothing) return;
-  served.result.emplace(Lookup::ResultOf(served.answer));
-  if (served.answer.refresh) {
-    Refresh(core_).Prepare(shard, key, hash, served.answer.entry,
-                           served.refresh);
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Finish(Served& served) {
-  Lookup(core_).Record(served.answer, served.now);
-  if (served.refresh.has_value())
-    Refresh(core_).Schedule(*std::move(served.refresh));
-  return *std::move(served.result);
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -754,7 +617,7 @@ std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
           : Lookup(core_).TakeHit(shard, key, hash, record, now, result);
   // Nothing to serve without an entry: the caller's locked path looks again.
   if (!result.has_value() && found) {
-    result = ServeNow(shard, KeyOf(key), hash);
+    result = Front(core_).ServeNow(shard, KeyOf(key), hash);
   }
   return result;
 }
@@ -784,7 +647,8 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
   if (!now.has_value()) {
     // Past the hit, a key of another type becomes a K once, for both calls.
     decltype(auto) k = KeyOf(key);
-    if (found) now = ServeNow(shard, k, hash);  // Past its quiet window.
+    if (found)
+      now = Front(core_).ServeNow(shard, k, hash);  // Past its quiet window.
     if (!now.has_value()) {
       // A Callback is moved on; any other callable is wrapped now, to wait.
       GetAsyncMiss(shard, k, hash, Callback(std::forward<F>(done)));
@@ -815,10 +679,12 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
   // slot, the shared tier) runs on the executor.
   const bool start_here = core_.async_loader && core_.tier == nullptr &&
                           core_.options.max_concurrent_loads == 0;
-  Admitted admitted = Admit(shard, key, hash, AdmitAs::GetAsync(start_here),
-                            /*times_load=*/false, /*pending=*/nullptr);
+  internal::Admitted<Core> admitted =
+      Front(core_).Admit(shard, key, hash, AdmitAs::GetAsync(start_here),
+                         /*times_load=*/false, /*pending=*/nullptr);
   if (admitted.served.result.has_value()) {
-    internal::CallDropping(std::move(done), Finish(admitted.served));
+    internal::CallDropping(std::move(done),
+                           Front(core_).Finish(admitted.served));
     return;
   }
   const bool lead = admitted.joined.role != internal::Role::kJoin;
@@ -842,57 +708,15 @@ void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
     // a queued flight never ages, and every later caller of the key would
     // join it and wait for a load nobody runs.
     if (lead) {
-      EndUnstarted(waiter != nullptr ? waiter->key() : key, hash, flight,
-                   std::move(delivery), start_here);
+      Front(core_).EndUnstarted(waiter != nullptr ? waiter->key() : key, hash,
+                                flight, std::move(delivery), start_here);
     }
     throw;
   }
   if (lead) {
-    StartAsyncLead(waiter->key(), hash, std::move(flight), std::move(delivery),
-                   start_here);
+    Front(core_).StartAsyncLead(waiter->key(), hash, std::move(flight),
+                                std::move(delivery), start_here);
   }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::StartAsyncLead(const K& key, size_t hash,
-                                          std::shared_ptr<Flight> flight,
-                                          std::shared_ptr<Flight> delivery,
-                                          bool start_here) {
-  if (start_here) {
-    Load load{key, hash, flight, LoadKind::kForeground};
-    load.caller_waits = true;
-    load.delivery = std::move(delivery);
-    Pipeline(core_).StartAsync(load, nullptr);
-    return;
-  }
-  try {
-    std::optional<LoadTask> task;
-    task.emplace(&core_, key, hash, LoadKind::kForeground);
-    task->Attach(flight, /*claimed=*/!P::kCoalesceLoads, std::move(delivery));
-    Refresh(core_).Schedule(*std::move(task));
-  } catch (...) {
-    // The task could not be made (its key's copy threw): end the load as
-    // dropped work ends, so that its waiters (this caller's among them,
-    // through its delivery) are not left waiting.
-    EndUnstarted(key, hash, flight, std::move(delivery), start_here);
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::EndUnstarted(const K& key, size_t hash,
-                                        const std::shared_ptr<Flight>& flight,
-                                        std::shared_ptr<Flight> delivery,
-                                        bool start_here) noexcept {
-  // A blocking Get may have claimed the queued flight meanwhile: then its
-  // load runs, and ends the flight, for every caller that joined it. (Other
-  // flights start running: nobody else can claim them.)
-  if constexpr (P::kCoalesceLoads) {
-    if (!start_here && !flight->TryClaim(core_.NowNanos())) return;
-  }
-  Load load{key, hash, flight, LoadKind::kForeground};
-  load.delivery = std::move(delivery);
-  Outcomes(core_).Fail(
-      load, absl::InternalError("paddock: could not start the load"));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -902,112 +726,21 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     return absl::FailedPreconditionError(
         "paddock: the loader called Get for the key it is loading");
   }
-  // This caller's load, if it leads one on this thread from start to end
-  // (a blocking loader): registered without a flight until someone joins.
-  internal::PendingLoad<Flight> pending;
-  bool pending_registered = false;
-  // Whatever escapes between the registration and the load's completion
-  // (which unregisters it), the registration must not outlive this frame,
-  // and whoever joined gets an answer.
-  absl::Cleanup abandon = [&] {
-    if (!pending_registered || pending.completed) return;
-    if (const std::shared_ptr<Flight> waited_on =
-            internal::AbandonPending<P::kCoalesceLoads>(shard, &pending)) {
-      Outcomes(core_).Publish(
-          *waited_on,
-          {absl::InternalError("paddock: the load ended by an exception "
-                               "before it completed")});
-    }
-  };
-  Admitted admitted = Admit(
+  internal::PendingLead<Core> pending(core_, shard);
+  internal::Admitted<Core> admitted = Front(core_).Admit(
       shard, key, hash, AdmitAs::Get(/*blocking_loader=*/!core_.async_loader),
-      /*times_load=*/true, &pending);
-  if (admitted.served.result.has_value()) return Finish(admitted.served);
-  pending_registered = admitted.joined.role == internal::Role::kLeadPending;
+      /*times_load=*/true, pending.get());
+  if (admitted.served.result.has_value()) {
+    return Front(core_).Finish(admitted.served);
+  }
   if (admitted.joined.role == internal::Role::kJoin) {
     return Waiting(core_).Wait(admitted.joined.flight, key, hash);
   }
-  return LeadMiss(shard, key, hash, admitted,
-                  pending_registered ? &pending : nullptr);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::LeadMiss(
-    Shard& shard, const K& key, size_t hash, Admitted& admitted,
-    internal::PendingLoad<Flight>* pending) {
-  // Nothing between here and the loader call waits (no load slot to take, no
-  // shared tier to ask): the load starts at `now`, to the clock's eye.
-  const bool starts_now =
-      core_.options.max_concurrent_loads == 0 && core_.tier == nullptr;
-  if (pending != nullptr && starts_now) {
-    return LeadPending(shard, key, hash, *pending, admitted.start);
+  if (admitted.joined.role == internal::Role::kLeadPending) {
+    pending.set_registered();
   }
-  // A claimed refresh's reservation, if no load took it; else Lead waits
-  // for a slot, as this caller needs the value.
-  const LoadKind kind = admitted.joined.claimed_refresh ? LoadKind::kRefresh
-                                                        : LoadKind::kForeground;
-  std::shared_ptr<Flight> flight = std::move(admitted.joined.flight);
-  const internal::LoadSlots::Ticket slot =
-      kind == LoadKind::kRefresh
-          ? core_.slots.Restart(flight->slot(), core_.NowNanos())
-          : 0;
-  Load load{key, hash, std::move(flight), kind, slot};
-  load.pending = pending;
-  // The general path times its load by the precise clock: from `now` only
-  // if it is that clock's.
-  if (starts_now && admitted.start.tick_q32 == 0) {
-    load.starts_at = admitted.start.nanos;
-  }
-  return Lead(std::move(load));
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::LeadPending(
-    Shard& shard, const K& key, size_t hash,
-    internal::PendingLoad<Flight>& pending, const LoadStart& start) {
-  core_.recorder.LoadStarted(LoadKind::kForeground);
-  absl::StatusOr<V> result = internal::LoaderCall<Core>(core_).Call(key, hash);
-  const auto [started, finished] = core_.EndLoadClock(start);
-  core_.recorder.LoadFinished(LoadKind::kForeground, finished - started,
-                              result.status());
-  if (!result.ok()) {
-    // Negative caching, stale stand-ins: the general way.
-    Load load{key, hash, nullptr, LoadKind::kForeground};
-    load.caller_waits = true;
-    load.pending = &pending;
-    return Lookup(core_).Serve(Outcomes(core_).Complete(
-        load, std::move(result), /*loader_ran=*/true, started, finished));
-  }
-  return Outcomes(core_).StorePending(shard, key, hash, pending,
-                                      std::move(result), started, finished);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::Lead(Load load) {
-  load.caller_waits = true;
-  // With a shared tier the slot is taken once the loader is to run, never
-  // for a wait for another process (the pipeline's LoadWithSlot).
-  if (load.slot == 0 && !core_.fleet()) {
-    load.slot = core_.AcquireSlot();
-    if (load.slot == 0) {
-      return Lookup(core_).Serve(
-          Outcomes(core_).Fail(load, core_.NoSlotError()));
-    }
-  }
-  if (!core_.async_loader) return Lookup(core_).Serve(*RunHere(load));
-  // An asynchronous loader completes elsewhere: wait for it like a joiner,
-  // on the load's flight (an uncoalesced load: on a rendezvous of its own).
-  std::shared_ptr<Flight> rendezvous = load.flight;
-  if constexpr (P::kCoalesceLoads) {
-    load.flight->Join();  // Before the load can complete and publish.
-  } else {
-    rendezvous = load.delivery =
-        std::make_shared<Flight>(load.key, load.hash, core_.NowNanos());
-  }
-  if (std::optional<Outcome> outcome = RunHere(load))
-    return Lookup(core_).Serve(*outcome);
-  return Waiting(core_).Wait(rendezvous, load.key, load.hash,
-                             /*counted=*/false);
+  return Leading(core_).LeadMiss(shard, key, hash, admitted.joined,
+                                 admitted.start, pending.registered());
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
