@@ -24,6 +24,26 @@
 // (internal/flight.h). A hit reads one entry under an epoch guard and writes
 // nothing shared. Every event goes through one recorder (internal/recorder.h).
 //
+// This header is the contract and the orchestration. The engine is in rooms
+// under internal/, each a class over the state they share
+// (internal/cache_core.h), made on the spot, that answers with a value and
+// never calls a room above it:
+//   front.h          serve what the entry answers, or admit the caller to
+//                    its key's load (admission.h: register or join, once);
+//   leading.h        a blocking caller that leads the load;
+//   refresh.h        loads run on the executor (background refreshes,
+//                    GetAsync's loads, parked fleet waits) and what a load
+//                    leaves to do there;
+//   load_pipeline.h  one load: the shared tier's verdict (fleet_path.h), a
+//                    load slot, the loader (loader_call.h, async_load.h);
+//   outcome_store.h  the end of every load: store, publish, answer waiters
+//                    (waiting.h), with lookup.h's answers and writes.h's
+//                    entries.
+// A miss of Get goes Get -> GetAny -> GetSlow -> Front::Admit -> either
+// Front::Finish, Waiting::Wait, or Leading::LeadMiss -> (LeadPending ->
+// OutcomeStore::StorePending | Lead -> LoadPipeline::Run -> OutcomeStore::
+// Complete); each returns its value to the caller before it.
+//
 // Lifetime of values: an entry that is replaced, evicted or invalidated is
 // destroyed once no reader can still see it (epoch-based reclamation), never
 // under a cache lock, on a thread that later calls into a paddock cache, on
@@ -36,80 +56,56 @@
 #ifndef PADDOCK_CACHE_H_
 #define PADDOCK_CACHE_H_
 
-#include <algorithm>
-#include <atomic>
-#include <bit>
-#include <chrono>
 #include <concepts>
-#include <coroutine>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <functional>
-#include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "absl/base/attributes.h"
-#include "absl/cleanup/cleanup.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "paddock/clock.h"
-#include "paddock/codec.h"
 #include "paddock/completion.h"
-#include "paddock/executor.h"
 #include "paddock/internal/admission.h"
-#include "paddock/internal/async_load.h"
-#include "paddock/internal/async_waiters.h"
 #include "paddock/internal/awaiter.h"
 #include "paddock/internal/cache_core.h"
-#include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
-#include "paddock/internal/fleet.h"
 #include "paddock/internal/fleet_path.h"
-#include "paddock/internal/fleet_waits.h"
-#include "paddock/internal/flight.h"
 #include "paddock/internal/front.h"
-#include "paddock/internal/hash_mix.h"
 #include "paddock/internal/leading.h"
-#include "paddock/internal/lifeline.h"
-#include "paddock/internal/load_pipeline.h"
-#include "paddock/internal/load_slots.h"
 #include "paddock/internal/load_stack.h"
-#include "paddock/internal/load_state.h"
-#include "paddock/internal/loader_call.h"
 #include "paddock/internal/lookup.h"
-#include "paddock/internal/outcome_store.h"
-#include "paddock/internal/recorder.h"
-#include "paddock/internal/refresh.h"
-#include "paddock/internal/seed.h"
-#include "paddock/internal/shard.h"
-#include "paddock/internal/ticks.h"
 #include "paddock/internal/tier_subscriber.h"
-#include "paddock/internal/time_math.h"
 #include "paddock/internal/waiting.h"
 #include "paddock/internal/writes.h"
 #include "paddock/key_hash.h"
-#include "paddock/listener.h"
 #include "paddock/options.h"
 #include "paddock/policy.h"
-#include "paddock/random.h"
 #include "paddock/shared_tier.h"
 #include "paddock/stats.h"
 
 namespace paddock {
 
+// Template parameters:
+//  - K, V: the key and value types, copyable (see above). With
+//    `Options::shared`, both need a `paddock::Codec` (paddock/codec.h).
+//  - Policy: when a stored value is served, served while refreshed, or
+//    reloaded, and whether loads of a key coalesce (paddock/policy.h:
+//    NaiveJitter, SingleFlight, XFetch, SoftTtl, or a type of your own that
+//    models `paddock::RefreshPolicy`).
+//  - Hash, Eq: how keys are hashed and compared; with the defaults, string
+//    keys are looked up transparently (paddock/key_hash.h), so a
+//    `std::string_view` or `const char*` key makes no `std::string` on a hit.
+//
+// Thread-safety: every method may be called from any thread concurrently,
+// except the destructor (see there). No method holds an internal lock while
+// a loader, a callback or a listener runs.
 template <typename K, typename V, RefreshPolicy Policy = SoftTtl,
           typename Hash = absl::Hash<K>, typename Eq = std::equal_to<K>>
 class Cache {
@@ -156,11 +152,15 @@ class Cache {
   // `loader` is empty, or if `options.shared` is set for types without a
   // `paddock::Codec` (V needs Encode and Decode, K Encode). With a shared
   // tier, subscribes to other caches' writes until destroyed.
-  explicit Cache(Loader loader, Options options = {}, Policy policy = {});
+  explicit Cache(Loader loader, Options options = {}, Policy policy = {})
+      : Cache(std::move(loader), AsyncLoader(), std::move(options),
+              std::move(policy), Hash(), Eq()) {}
 
   // As above, with an asynchronous loader: `Get` still works (it waits for
   // the completion, within `wait_timeout`), and `GetAsync` never blocks.
-  explicit Cache(AsyncLoader loader, Options options = {}, Policy policy = {});
+  explicit Cache(AsyncLoader loader, Options options = {}, Policy policy = {})
+      : Cache(Loader(), std::move(loader), std::move(options),
+              std::move(policy), Hash(), Eq()) {}
 
   // As above, with the `hash` and `eq` this cache calls, in place of
   // default-made ones: a hash with a seed or a table of its own, a
@@ -169,9 +169,13 @@ class Cache {
   // const objects, from any thread; equal keys must hash alike. With
   // `Options::shared`, keys that `eq` finds equal should also encode alike
   // (`paddock::Codec<K>`): the tier tells them apart by their bytes.
-  Cache(Loader loader, Options options, Policy policy, Hash hash, Eq eq = Eq());
+  Cache(Loader loader, Options options, Policy policy, Hash hash, Eq eq = Eq())
+      : Cache(std::move(loader), AsyncLoader(), std::move(options),
+              std::move(policy), std::move(hash), std::move(eq)) {}
   Cache(AsyncLoader loader, Options options, Policy policy, Hash hash,
-        Eq eq = Eq());
+        Eq eq = Eq())
+      : Cache(Loader(), std::move(loader), std::move(options),
+              std::move(policy), std::move(hash), std::move(eq)) {}
 
   // Blocks until background loads of this cache that are running have
   // returned; queued ones are dropped without calling the loader, and so
@@ -185,7 +189,7 @@ class Cache {
   // ignored. A `GetAsync` (or `Await`) that such a callback starts, as a
   // coroutine resumed there may, is answered at once: with a value at hand,
   // else with `absl::CancelledError`.
-  ~Cache();
+  ~Cache() = default;  // ~Core ends the cache (internal/cache_core.h).
 
   Cache(const Cache&) = delete;
   Cache& operator=(const Cache&) = delete;
@@ -278,7 +282,9 @@ class Cache {
   // that owns it), on whatever thread, and the cache reads its own copy.
   //
   // Thread-safe. Allocates a waiter on a miss.
-  void GetAsync(const K& key, Callback done);
+  void GetAsync(const K& key, Callback done) {
+    GetAsyncImpl(key, std::move(done));
+  }
 
   // The same, for any other callable that a `Callback` can hold (a lambda,
   // say): it is called directly on an inline hit, and wrapped in a
@@ -303,7 +309,7 @@ class Cache {
   // itself: it refers to `key` until resumed. asio's `awaitable` needs
   // `paddock::AsyncGet` (`paddock/asio.h`) instead: it rejects foreign
   // awaiters.
-  Awaiter Await(const K& key);
+  Awaiter Await(const K& key) { return Awaiter(this, key); }
   // The same for a key of another type (see `Get`): ready at once without
   // making a K when the value is served at once.
   template <typename Q>
@@ -345,7 +351,14 @@ class Cache {
   // over the tier's size limit invalidates the tier's record instead.
   // Thread-safe; takes the key's shard lock briefly; with a shared tier,
   // blocks for one call to it (bounded by its I/O timeout).
-  void Put(const K& key, V value);
+  void Put(const K& key, V value) {
+    const size_t hash = core_.HashOf(key);
+    const internal::PutPlan plan =
+        Writes(core_).Put(key, hash, std::move(value));
+    if constexpr (kShareable) {
+      if (core_.tier != nullptr) Fleet(core_).PutThrough(key, hash, plan);
+    }
+  }
   // `Put(K(key), value)`, for a key of another type (see `Get`).
   template <typename Q>
   void Put(const Q& key, V value) requires kLooksUp<Q> {
@@ -358,7 +371,13 @@ class Cache {
   // no longer stores its result; the next `Get` loads anew. With a shared
   // tier, removes the tier's record and lease too and other caches drop
   // their copies. Thread-safe; with a shared tier, blocks for one call to it.
-  void Invalidate(const K& key);
+  void Invalidate(const K& key) {
+    const size_t hash = core_.HashOf(key);
+    Writes(core_).InvalidateLocally(key, hash);
+    if constexpr (kShareable) {
+      if (core_.tier != nullptr) Fleet(core_).InvalidateThrough(key, hash);
+    }
+  }
   // `Invalidate(K(key))`, for a key of another type (see `Get`).
   template <typename Q>
   void Invalidate(const Q& key) requires kLooksUp<Q> {
@@ -369,13 +388,13 @@ class Cache {
   //
   // `Invalidate` for every key, one shard at a time, in this cache only: a
   // shared tier's records stay (it cannot list them cheaply). Thread-safe.
-  void InvalidateAll();
+  void InvalidateAll() { Writes(core_).InvalidateAllLocally(); }
 
   // Cache::size()
   //
   // Returns the number of entries (values and cached errors), at most
   // `Options::max_entries`. Thread-safe; a snapshot.
-  size_t size() const;
+  size_t size() const { return core_.Size(); }
 
   // Cache::stats()
   //
@@ -397,7 +416,7 @@ class Cache {
   // Returns the number of keys with a coalesced load (foreground or
   // refresh) registered now; 0 whenever no such load runs. Thread-safe; takes
   // each shard lock briefly.
-  size_t loads_in_flight() const;
+  size_t loads_in_flight() const { return core_.LoadsInFlight(); }
 
   // Returns the options in effect, with `shards` and `clock` resolved.
   const Options& options() const { return core_.options; }
@@ -406,37 +425,30 @@ class Cache {
   template <typename, typename, typename>
   friend class internal::AwaiterFor;
 
-  static constexpr bool kFixedLifetime = Core::kFixedLifetime;
-  static constexpr bool kFixedExpiry = Core::kFixedExpiry;
   static constexpr bool kShareable = Core::kShareable;
   using Entry = typename Core::Entry;
-  using Outcome = typename Core::Outcome;
   using Flight = typename Core::Flight;
   using Shard = typename Core::Shard;
-  using Writer = typename Core::Writer;
   using AdmitAs = internal::AdmitAs<Flight>;
-  using LoadStart = typename Core::LoadStart;
-
-  using Load = internal::Load<Core>;
-  using Lease = internal::Lease;
-  using FleetProgress = internal::FleetProgress;
   using Fleet = internal::FleetPath<Core>;
-  using Writes = internal::Writes<Core>;
-  using Where = internal::Where;
-
-  using Answer = internal::Answer<Entry>;
-  using Lookup = internal::Lookup<Core>;
-  using Waiting = internal::Waiting<Core>;
-  using AsyncWaiter = internal::AsyncWaiter<Core>;
-  using Outcomes = internal::OutcomeStore<Core>;
-  using LoadTask = internal::LoadTask<Core>;
-  using Refresh = internal::Refresh<Core>;
-  using Pipeline = internal::LoadPipeline<Core>;
   using Front = internal::Front<Core>;
   using Leading = internal::Leading<Core>;
+  using Lookup = internal::Lookup<Core>;
+  using Waiting = internal::Waiting<Core>;
+  using Writes = internal::Writes<Core>;
 
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
-        Hash hash, Eq eq);
+        Hash hash, Eq eq)
+      : core_(std::move(loader), std::move(async_loader), std::move(options),
+              std::move(policy), std::move(hash), std::move(eq)) {
+    if constexpr (Core::kShareable) {
+      if (core_.tier != nullptr) {
+        core_.subscriber =
+            std::make_unique<internal::TierSubscriber<Core>>(&core_);
+        core_.subscription = core_.tier->Subscribe(core_.subscriber.get());
+      }
+    }
+  }
 
   // `key` itself, or a K made from a key of another type (see kLooksUp).
   template <typename Q>
@@ -456,26 +468,27 @@ class Cache {
   // Get() past the hit path: entries outside their quiet window, misses.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnquiet(Shard& shard,
                                                        const K& key,
-                                                       size_t hash);
+                                                       size_t hash) {
+    if (auto served = Front(core_).ServeNow(shard, key, hash)) {
+      return *std::move(served);
+    }
+    return GetSlow(shard, key, hash);
+  }
   // Get() where its hit path could not look: the thread has no epoch record
   // yet, the cache has its own clock, or the coarse clock is not ticking.
   template <typename Q>
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetUnprepared(Shard& shard,
                                                           const Q& key,
                                                           size_t hash);
-  // The hit path and ServeNow, for GetAsync and Await.
+  // The hit path and Front::ServeNow, for Await: what is served at once, or
+  // nullopt.
   template <typename Q>
   std::optional<absl::StatusOr<V>> TryServeNow(const Q& key);
-  template <typename Q>
-  std::optional<absl::StatusOr<V>> TryServeNow(Shard& shard, const Q& key,
-                                               size_t hash);
   // Every GetAsync overload: `done` is a Callback or any callable one can
   // hold, called directly when the value is served at once; `key` a K or a
   // Q with kLooksUp<Q>.
   template <typename Q, typename F>
   void GetAsyncImpl(const Q& key, F&& done);
-  // GetAsync past what it can answer at once.
-  void GetAsyncMiss(Shard& shard, const K& key, size_t hash, Callback done);
   // Out of line: Get's inlined hit calls it.
   ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<V> GetSlow(Shard& shard, const K& key,
                                                     size_t hash);
@@ -487,47 +500,6 @@ class Cache {
 
 // ---------------------------------------------------------------------------
 // Implementation.
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy)
-    : Cache(std::move(loader), AsyncLoader(), std::move(options),
-            std::move(policy), H(), E()) {}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Cache<K, V, P, H, E>::Cache(AsyncLoader loader, Options options, P policy)
-    : Cache(Loader(), std::move(loader), std::move(options), std::move(policy),
-            H(), E()) {}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Cache<K, V, P, H, E>::Cache(Loader loader, Options options, P policy, H hash,
-                            E eq)
-    : Cache(std::move(loader), AsyncLoader(), std::move(options),
-            std::move(policy), std::move(hash), std::move(eq)) {}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Cache<K, V, P, H, E>::Cache(AsyncLoader loader, Options options, P policy,
-                            H hash, E eq)
-    : Cache(Loader(), std::move(loader), std::move(options), std::move(policy),
-            std::move(hash), std::move(eq)) {}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Cache<K, V, P, H, E>::Cache(Loader loader, AsyncLoader async_loader,
-                            Options options, P policy, H hash, E eq)
-    : core_(std::move(loader), std::move(async_loader), std::move(options),
-            std::move(policy), std::move(hash), std::move(eq)) {
-  if constexpr (kShareable) {
-    if (core_.tier != nullptr) {
-      core_.subscriber =
-          std::make_unique<internal::TierSubscriber<Core>>(&core_);
-      core_.subscription = core_.tier->Subscribe(core_.subscriber.get());
-    }
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-Cache<K, V, P, H, E>::~Cache() {
-  // ~Core ends the cache, in its order (internal/cache_core.h).
-}
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 template <typename Q>
@@ -585,46 +557,18 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnprepared(Shard& shard,
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-absl::StatusOr<V> Cache<K, V, P, H, E>::GetUnquiet(Shard& shard, const K& key,
-                                                   size_t hash) {
-  if (std::optional<absl::StatusOr<V>> now =
-          Front(core_).ServeNow(shard, key, hash)) {
-    return *std::move(now);
-  }
-  return GetSlow(shard, key, hash);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 template <typename Q>
 std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
     const Q& key) {
   const size_t hash = core_.HashOf(key);
-  return TryServeNow(core_.ShardFor(hash), key, hash);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-template <typename Q>
-std::optional<absl::StatusOr<V>> Cache<K, V, P, H, E>::TryServeNow(
-    Shard& shard, const Q& key, size_t hash) {
-  // As in Get: what needs a call goes to TakeHitUnprepared.
-  internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
-  const int64_t now =
-      core_.system_clock ? internal::CoarseNowNanosIfTicking() : 0;
+  Shard& shard = core_.ShardFor(hash);
   std::optional<absl::StatusOr<V>> result;
-  const bool found =
-      record == nullptr || now == 0
-          ? Lookup(core_).TakeHitUnprepared(shard, key, hash, result)
-          : Lookup(core_).TakeHit(shard, key, hash, record, now, result);
   // Nothing to serve without an entry: the caller's locked path looks again.
-  if (!result.has_value() && found) {
+  if (Lookup(core_).TakeHitAnyway(shard, key, hash, result) &&
+      !result.has_value()) {
     result = Front(core_).ServeNow(shard, KeyOf(key), hash);
   }
   return result;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::GetAsync(const K& key, Callback done) {
-  GetAsyncImpl(key, std::move(done));
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -634,16 +578,8 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
   Shard& shard = core_.ShardFor(hash);
   // TryServeNow, with the hit taken here, inlined into the caller as Get's
   // is.
-  internal::ThreadRecord* const record = internal::ThreadRecordIfAny();
-  const int64_t coarse =
-      core_.system_clock ? internal::CoarseNowNanosIfTicking() : 0;
   std::optional<absl::StatusOr<V>> now;
-  bool found;
-  if (record == nullptr || coarse == 0) [[unlikely]] {
-    found = Lookup(core_).TakeHitUnprepared(shard, key, hash, now);
-  } else {
-    found = Lookup(core_).TakeHit(shard, key, hash, record, coarse, now);
-  }
+  const bool found = Lookup(core_).TakeHitAnyway(shard, key, hash, now);
   if (!now.has_value()) {
     // Past the hit, a key of another type becomes a K once, for both calls.
     decltype(auto) k = KeyOf(key);
@@ -651,72 +587,11 @@ void Cache<K, V, P, H, E>::GetAsyncImpl(const Q& key, F&& done) {
       now = Front(core_).ServeNow(shard, k, hash);  // Past its quiet window.
     if (!now.has_value()) {
       // A Callback is moved on; any other callable is wrapped now, to wait.
-      GetAsyncMiss(shard, k, hash, Callback(std::forward<F>(done)));
+      Front(core_).AsyncMiss(shard, k, hash, Callback(std::forward<F>(done)));
       return;
     }
   }
   internal::CallDropping(std::forward<F>(done), *std::move(now));
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-typename Cache<K, V, P, H, E>::Awaiter Cache<K, V, P, H, E>::Await(
-    const K& key) {
-  return Awaiter(this, key);
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::GetAsyncMiss(Shard& shard, const K& key, size_t hash,
-                                        Callback done) {
-  if (core_.lifeline->closing()) [[unlikely]] {
-    // Asked from a callback ~Cache runs: no load, and no waiter, would ever
-    // answer (the destructor has cancelled every waiter it holds).
-    internal::CallDropping(std::move(done),
-                           absl::CancelledError("paddock: cache destroyed"));
-    return;
-  }
-  // An asynchronous loader with nothing to block on starts at once, here;
-  // anything else that may block (a blocking loader, a wait for a load
-  // slot, the shared tier) runs on the executor.
-  const bool start_here = core_.async_loader && core_.tier == nullptr &&
-                          core_.options.max_concurrent_loads == 0;
-  internal::Admitted<Core> admitted =
-      Front(core_).Admit(shard, key, hash, AdmitAs::GetAsync(start_here),
-                         /*times_load=*/false, /*pending=*/nullptr);
-  if (admitted.served.result.has_value()) {
-    internal::CallDropping(std::move(done),
-                           Front(core_).Finish(admitted.served));
-    return;
-  }
-  const bool lead = admitted.joined.role != internal::Role::kJoin;
-  std::shared_ptr<Flight> flight = std::move(admitted.joined.flight);
-  std::shared_ptr<Flight> delivery;
-  // Once the waiter can be answered (by its timer, by a load a blocking Get
-  // claimed, or inline by a zero wait_timeout), `done` may free whatever
-  // holds the caller's `key`: from then on only the waiter's own copy of the
-  // key is read.
-  std::shared_ptr<AsyncWaiter> waiter;
-  try {
-    if constexpr (!P::kCoalesceLoads) {
-      delivery = std::make_shared<Flight>(key, hash, admitted.start.nanos);
-    }
-    Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
-    Waiting(core_).Enlist(rendezvous, key, hash, std::move(done),
-                          /*joined=*/!lead, waiter);
-  } catch (...) {
-    // This caller gets the exception (as from Get), not its callback. Until
-    // a task (or the loader) holds the load it registered, a throw ends it:
-    // a queued flight never ages, and every later caller of the key would
-    // join it and wait for a load nobody runs.
-    if (lead) {
-      Front(core_).EndUnstarted(waiter != nullptr ? waiter->key() : key, hash,
-                                flight, std::move(delivery), start_here);
-    }
-    throw;
-  }
-  if (lead) {
-    Front(core_).StartAsyncLead(waiter->key(), hash, std::move(flight),
-                                std::move(delivery), start_here);
-  }
 }
 
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
@@ -741,111 +616,6 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
   }
   return Leading(core_).LeadMiss(shard, key, hash, admitted.joined,
                                  admitted.start, pending.registered());
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::Put(const K& key, V value) {
-  const size_t hash = core_.HashOf(key);
-  Shard& shard = core_.ShardFor(hash);
-  // The entry is built before the lock. It inherits the last load's duration
-  // (XFetch's Δ), read without the lock: a load finishing meanwhile only
-  // makes that estimate one load older.
-  int64_t load_duration = 0;
-  {
-    internal::EpochGuard guard;
-    if (const Entry* n = shard.Find(hash, key, core_.lookup_eq());
-        n != nullptr) {
-      load_duration = n->load_duration(core_.fixed_times);
-    }
-  }
-  const int64_t now = core_.StoreNowNanos();
-  const Lifetime life = core_.LifetimeFor(absl::Nanoseconds(load_duration));
-  // With a shared tier, the value's bytes and version, before V moves.
-  std::optional<std::string> bytes;
-  std::string version;
-  if constexpr (kShareable) {
-    if (core_.tier != nullptr) {
-      version = internal::NewSharedVersion();
-      bytes.emplace(Codec<V>::Encode(value));
-    }
-  }
-  std::unique_ptr<Entry> fresh = Writes(core_).NewEntry(
-      key, hash, std::move(value), load_duration, now, life);
-  if (!version.empty()) {
-    fresh->mutable_extras(core_.fixed_times).shared_version = version;
-  }
-  size_t evicted;
-  {
-    Writer w(shard);
-    shard.DropFlight(w, key, hash);  // Its result must not overwrite this.
-    Entry* current = shard.Find(hash, key, core_.lookup_eq());
-    evicted = shard.Store(w, current, std::move(fresh), now);
-  }
-  core_.recorder.Evicted(evicted);
-  if constexpr (kShareable) {
-    if (core_.tier != nullptr) {
-      Fleet(core_).PutThrough(key, *bytes, life, load_duration, version);
-      // A load of this key registered after the drop above asked the tier
-      // before this write reached it, and may have stored the record this
-      // write replaced. The tier tells every other cache, never its origin:
-      // so this cache drops whatever now stands in its place, and the next
-      // `Get` takes the tier's record.
-      Writer w(shard);
-      shard.DropFlight(w, key, hash);
-      if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-        const std::string* stored = n->shared_version();
-        if (stored == nullptr || *stored != version) shard.Unlink(w, n);
-      }
-    }
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::Invalidate(const K& key) {
-  const size_t hash = core_.HashOf(key);
-  const Writes writes(core_);
-  writes.InvalidateLocally(key, hash);
-  if constexpr (kShareable) {
-    if (core_.tier != nullptr) {
-      if (!core_.tier
-               ->Invalidate(Codec<K>::Encode(key), core_.subscription->id())
-               .ok()) {
-        core_.recorder.SharedError();
-      }
-      // Again: a `Get` between the first removal and the tier's may have
-      // taken the record the tier still held and stored it here, and the
-      // tier tells every cache but its origin.
-      writes.InvalidateLocally(key, hash);
-    }
-  }
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-void Cache<K, V, P, H, E>::InvalidateAll() {
-  Writes(core_).InvalidateAllLocally();
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-size_t Cache<K, V, P, H, E>::size() const {
-  size_t total = 0;
-  for (size_t i = 0; i < core_.shard_count; ++i)
-    total += core_.shards[i].size();
-  return total;
-}
-
-template <typename K, typename V, RefreshPolicy P, typename H, typename E>
-size_t Cache<K, V, P, H, E>::loads_in_flight() const {
-  if constexpr (!P::kCoalesceLoads) {
-    return 0;  // Uncoalesced loads register only to see writes.
-  } else {
-    size_t total = 0;
-    for (size_t i = 0; i < core_.shard_count; ++i) {
-      Shard& shard = core_.shards[i];
-      Writer w(shard);
-      total += shard.live_flights();
-    }
-    return total;
-  }
 }
 
 }  // namespace paddock

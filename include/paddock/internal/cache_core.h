@@ -244,6 +244,27 @@ class CacheCore {
   }
   // Options::executor, or the default pool, made on first use. Thread-safe.
   Executor* executor();
+  // The number of entries, shard by shard (each exact when read).
+  size_t Size() const {
+    size_t total = 0;
+    for (size_t i = 0; i < shard_count; ++i) total += shards[i].size();
+    return total;
+  }
+  // The number of keys with a coalesced load registered, taking each shard's
+  // lock briefly; 0 for a policy that does not coalesce (its loads register
+  // only to see writes).
+  size_t LoadsInFlight() const {
+    if constexpr (!kCoalesce) {
+      return 0;
+    } else {
+      size_t total = 0;
+      for (size_t i = 0; i < shard_count; ++i) {
+        Writer w(shards[i]);
+        total += shards[i].live_flights();
+      }
+      return total;
+    }
+  }
 
   // Immutable.
   const Loader loader;

@@ -138,12 +138,16 @@ class FleetPath {
   // undecodable or larger than this process may store (a miss).
   std::optional<absl::StatusOr<V>> Decode(const SharedRecord& record) const;
 
-  // Writes a Put's `value_bytes` through to the tier (or, too large for it,
-  // removes the key from it). A failure is counted. Throws what K's codec
-  // throws.
-  void PutThrough(const K& key, const std::string& value_bytes,
-                  const Lifetime& life, int64_t load_duration,
-                  const std::string& version);
+  // Writes a Put that `plan` stored here through to the tier (or, too large
+  // for it, removes the key from it), then drops what a load that raced the
+  // write stored here meanwhile. A tier failure is counted. Throws what K's
+  // codec or Eq throws.
+  void PutThrough(const K& key, size_t hash, const PutPlan& plan);
+  // Removes `key` from the tier (which tells every other cache), then here
+  // again: a load between the first removal and the tier's may have stored
+  // the record the tier still held. A tier failure is counted. Throws what
+  // K's codec or Eq throws.
+  void InvalidateThrough(const K& key, size_t hash);
 
  private:
   // The lookup, with tier errors and exceptions as nullopt.
@@ -497,27 +501,47 @@ std::string FleetPath<Core>::LocalVersion(const Load& load) const {
 }
 
 template <typename Core>
-void FleetPath<Core>::PutThrough(const K& key, const std::string& value_bytes,
-                                 const Lifetime& life, int64_t load_duration,
-                                 const std::string& version) {
+void FleetPath<Core>::PutThrough(const K& key, size_t hash,
+                                 const PutPlan& plan) {
   const uint64_t origin = core_.subscription->id();
   const std::string key_bytes = Codec<K>::Encode(key);
   absl::Status written;
-  if (value_bytes.size() > core_.tier->max_value_bytes()) {
+  if (plan.bytes->size() > core_.tier->max_value_bytes()) {
     // Too large for the tier: at least take the old value out of it.
     written = core_.tier->Invalidate(key_bytes, origin);
   } else {
     written = core_.tier->Put(
         key_bytes,
-        SharedFill{.value = value_bytes,
-                   .fresh_for = life.expires_after,
-                   .keep_for = life.keep_for,
-                   .serve_on_error_for = life.serve_on_error_for,
-                   .load_duration = absl::Nanoseconds(load_duration),
-                   .version = version},
+        SharedFill{.value = *plan.bytes,
+                   .fresh_for = plan.life.expires_after,
+                   .keep_for = plan.life.keep_for,
+                   .serve_on_error_for = plan.life.serve_on_error_for,
+                   .load_duration = absl::Nanoseconds(plan.load_duration),
+                   .version = plan.version},
         origin);
   }
   if (!written.ok()) core_.recorder.SharedError();
+  // A load of this key registered after the Put's drop asked the tier
+  // before this write reached it, and may have stored the record this write
+  // replaced. The tier tells every other cache, never its origin: so this
+  // cache drops whatever now stands in its place, and the next `Get` takes
+  // the tier's record.
+  Shard& shard = core_.ShardFor(hash);
+  Writer w(shard);
+  shard.DropFlight(w, key, hash);
+  if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
+    const std::string* stored = n->shared_version();
+    if (stored == nullptr || *stored != plan.version) shard.Unlink(w, n);
+  }
+}
+
+template <typename Core>
+void FleetPath<Core>::InvalidateThrough(const K& key, size_t hash) {
+  if (!core_.tier->Invalidate(Codec<K>::Encode(key), core_.subscription->id())
+           .ok()) {
+    core_.recorder.SharedError();
+  }
+  Writes<Core>(core_).InvalidateLocally(key, hash);
 }
 
 }  // namespace paddock::internal

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "paddock/internal/admission.h"
+#include "paddock/internal/async_waiters.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/in_flight_set.h"
 #include "paddock/internal/load_pipeline.h"
@@ -29,6 +30,7 @@
 #include "paddock/internal/lookup.h"
 #include "paddock/internal/outcome_store.h"
 #include "paddock/internal/refresh.h"
+#include "paddock/internal/waiting.h"
 #include "paddock/listener.h"
 
 namespace paddock::internal {
@@ -61,6 +63,7 @@ class Front {
   using Writer = typename Core::Writer;
   using Flight = typename Core::Flight;
   using Load = internal::Load<Core>;
+  using Callback = typename Core::Callback;
 
   explicit Front(Core& core) : core_(core) {}
 
@@ -80,6 +83,11 @@ class Front {
   // After the guard: counts what was served, schedules its refresh, and
   // returns the result. Never throws.
   absl::StatusOr<V> Finish(Served<Core>& served);
+  // GetAsync past what it can answer at once: serves what Admit serves, or
+  // enlists `done` as a waiter on the key's load, starting that load if it
+  // leads it. Never blocks. Throws (with `done` not called, and a load it
+  // registered ended) what the key's copy or an allocation throws.
+  void AsyncMiss(Shard& shard, const K& key, size_t hash, Callback done);
   // GetAsync's load, once its caller is enlisted: starts it here (an
   // asynchronous loader with nothing to wait for) or schedules a task.
   // Never throws: a load that cannot start ends (EndUnstarted).
@@ -172,6 +180,60 @@ absl::StatusOr<typename Core::Value> Front<Core>::Finish(Served<Core>& served) {
     Refresh<Core>(core_).Schedule(*std::move(served.refresh));
   }
   return *std::move(served.result);
+}
+
+template <typename Core>
+void Front<Core>::AsyncMiss(Shard& shard, const K& key, size_t hash,
+                            Callback done) {
+  if (core_.lifeline->closing()) [[unlikely]] {
+    // Asked from a callback ~Cache runs: no load, and no waiter, would ever
+    // answer (the destructor has cancelled every waiter it holds).
+    CallDropping(std::move(done),
+                 absl::CancelledError("paddock: cache destroyed"));
+    return;
+  }
+  // An asynchronous loader with nothing to block on starts at once, here;
+  // anything else that may block (a blocking loader, a wait for a load
+  // slot, the shared tier) runs on the executor.
+  const bool start_here = core_.async_loader && core_.tier == nullptr &&
+                          core_.options.max_concurrent_loads == 0;
+  Admitted<Core> admitted =
+      Admit(shard, key, hash, AdmitAs<Flight>::GetAsync(start_here),
+            /*times_load=*/false, /*pending=*/nullptr);
+  if (admitted.served.result.has_value()) {
+    CallDropping(std::move(done), Finish(admitted.served));
+    return;
+  }
+  const bool lead = admitted.joined.role != Role::kJoin;
+  std::shared_ptr<Flight> flight = std::move(admitted.joined.flight);
+  std::shared_ptr<Flight> delivery;
+  // Once the waiter can be answered (by its timer, by a load a blocking Get
+  // claimed, or inline by a zero wait_timeout), `done` may free whatever
+  // holds the caller's `key`: from then on only the waiter's own copy of the
+  // key is read.
+  std::shared_ptr<AsyncWaiter<Core>> waiter;
+  try {
+    if constexpr (!Core::kCoalesce) {
+      delivery = std::make_shared<Flight>(key, hash, admitted.start.nanos);
+    }
+    Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
+    Waiting<Core>(core_).Enlist(rendezvous, key, hash, std::move(done),
+                                /*joined=*/!lead, waiter);
+  } catch (...) {
+    // This caller gets the exception (as from Get), not its callback. Until
+    // a task (or the loader) holds the load it registered, a throw ends it:
+    // a queued flight never ages, and every later caller of the key would
+    // join it and wait for a load nobody runs.
+    if (lead) {
+      EndUnstarted(waiter != nullptr ? waiter->key() : key, hash, flight,
+                   std::move(delivery), start_here);
+    }
+    throw;
+  }
+  if (lead) {
+    StartAsyncLead(waiter->key(), hash, std::move(flight), std::move(delivery),
+                   start_here);
+  }
 }
 
 template <typename Core>

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "paddock/clock.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/policy.h"
@@ -78,6 +79,20 @@ class Lookup {
       std::optional<absl::StatusOr<V>>& out) const {
     return TakeHit(shard, key, hash, CurrentThreadRecord(), core_.HitNowNanos(),
                    out);
+  }
+
+  // TakeHit on the prepared path when it can be taken (the thread has an
+  // epoch record and the coarse clock ticks), else TakeHitUnprepared.
+  template <typename Q>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool TakeHitAnyway(
+      Shard& shard, const Q& key, size_t hash,
+      std::optional<absl::StatusOr<V>>& out) const {
+    ThreadRecord* const record = ThreadRecordIfAny();
+    const int64_t now = core_.system_clock ? CoarseNowNanosIfTicking() : 0;
+    if (record == nullptr || now == 0) [[unlikely]] {
+      return TakeHitUnprepared(shard, key, hash, out);
+    }
+    return TakeHit(shard, key, hash, record, now, out);
   }
 
   // Decides what `n` answers at `now`; marks it visited when it serves, and

@@ -1,10 +1,10 @@
 // File: paddock/internal/writes.h
 // -----------------------------------------------------------------------------
-// The entries a cache's engine stores, and its local removals: an entry for a
+// The entries a cache's engine stores, and its local writes: an entry for a
 // value this process loaded or was given (times from the policy's Lifetime),
 // one for a value the shared tier holds (times from the tier's record, so that
-// processes agree on what is fresh), and the invalidation of one key or of
-// everything, here only (the shared tier's half is the fleet path's).
+// processes agree on what is fresh), a Put, and the invalidation of one key or
+// of everything, here only (the shared tier's half is the fleet path's).
 //
 // `Writes<Core>` is made on the spot over a cache's internal::CacheCore and
 // holds nothing else; thread-safe as the core is.
@@ -17,14 +17,26 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/time/time.h"
+#include "paddock/codec.h"
+#include "paddock/internal/epoch.h"
+#include "paddock/internal/fleet.h"
 #include "paddock/internal/time_math.h"
 #include "paddock/policy.h"
 #include "paddock/shared_tier.h"
 
 namespace paddock::internal {
+
+// What a Put stored here, for writing it through to the shared tier.
+struct PutPlan {
+  Lifetime life;
+  int64_t load_duration = 0;  // The last load's, which the value inherits.
+  std::string version;        // With a shared tier: the value's version,
+  std::optional<std::string> bytes;  // and its bytes. Else empty.
+};
 
 template <typename Core>
 class Writes {
@@ -90,6 +102,46 @@ class Writes {
                  .load_duration = ToNanosSaturated(record.load_duration)},
                 core_.fixed_times);
     return n;
+  }
+
+  // Stores `value` for `key` here, over any entry and any load in flight
+  // (whose result must not overwrite it). With a shared tier, encodes the
+  // value first, for writing it through. Throws what V's codec or copy, the
+  // key's Eq or an allocation throws, with nothing stored.
+  PutPlan Put(const K& key, size_t hash, V value) const {
+    Shard& shard = core_.ShardFor(hash);
+    // The entry is built before the lock. It inherits the last load's
+    // duration (XFetch's Δ), read without the lock: a load finishing
+    // meanwhile only makes that estimate one load older.
+    PutPlan plan;
+    {
+      EpochGuard guard;
+      if (const Entry* n = shard.Find(hash, key, core_.lookup_eq())) {
+        plan.load_duration = n->load_duration(core_.fixed_times);
+      }
+    }
+    const int64_t now = core_.StoreNowNanos();
+    plan.life = core_.LifetimeFor(absl::Nanoseconds(plan.load_duration));
+    if constexpr (Core::kShareable) {
+      if (core_.tier != nullptr) {  // Before V moves.
+        plan.version = NewSharedVersion();
+        plan.bytes.emplace(Codec<V>::Encode(value));
+      }
+    }
+    std::unique_ptr<Entry> fresh = NewEntry(key, hash, std::move(value),
+                                            plan.load_duration, now, plan.life);
+    if (!plan.version.empty()) {
+      fresh->mutable_extras(core_.fixed_times).shared_version = plan.version;
+    }
+    size_t evicted;
+    {
+      Writer w(shard);
+      shard.DropFlight(w, key, hash);  // Its result must not overwrite this.
+      Entry* current = shard.Find(hash, key, core_.lookup_eq());
+      evicted = shard.Store(w, current, std::move(fresh), now);
+    }
+    core_.recorder.Evicted(evicted);
+    return plan;
   }
 
   // Removes `key`'s entry here, and unregisters its load so that the load's
