@@ -358,12 +358,14 @@ TEST(FleetPathTest, PutThroughWritesTheValueAsThisCachesWrite) {
   Fixture<> f;
   // PutThrough names this cache's subscription as the write's origin.
   f.core().subscription = f.tier_->Subscribe(&deaf);
-  f.fleet().PutThrough(f.key_, "put",
-                       Lifetime{.expires_after = absl::Seconds(3),
-                                .quiet_for = absl::Seconds(3),
-                                .keep_for = absl::Seconds(4),
-                                .serve_on_error_for = absl::Seconds(3)},
-                       /*load_duration=*/0, "v-put");
+  PutPlan plan;
+  plan.life = Lifetime{.expires_after = absl::Seconds(3),
+                       .quiet_for = absl::Seconds(3),
+                       .keep_for = absl::Seconds(4),
+                       .serve_on_error_for = absl::Seconds(3)};
+  plan.version = "v-put";
+  plan.bytes = "put";
+  f.fleet().PutThrough(f.key_, kHash, plan);
   const std::optional<SharedFill> record = f.tier_->record(f.key_);
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->value.value(), "put");

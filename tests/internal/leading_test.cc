@@ -86,7 +86,7 @@ TEST_F(LeadingTest, WithASlotLimitTheLeadTakesASlotAndGivesItBack) {
   Make(options);
   EXPECT_EQ(Miss().value(), "loaded k");
   EXPECT_EQ(Stored(), "loaded k");
-  const LoadSlots::Ticket slot = core_->slots.TryAcquire(0);
+  const LoadSlots::Ticket slot = core_->slots.TryAcquire(core_->NowNanos());
   EXPECT_NE(slot, 0u);  // Given back.
   core_->slots.Release(slot);
 }
@@ -96,7 +96,7 @@ TEST_F(LeadingTest, NoSlotWithinWaitTimeoutIsDeadlineExceeded) {
   options.max_concurrent_loads = 1;
   options.wait_timeout = absl::Milliseconds(1);
   Make(options);
-  const LoadSlots::Ticket taken = core_->slots.TryAcquire(0);
+  const LoadSlots::Ticket taken = core_->slots.TryAcquire(core_->NowNanos());
   const absl::StatusOr<std::string> got = Miss();
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(loads_, 0);

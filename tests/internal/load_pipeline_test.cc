@@ -182,7 +182,8 @@ TEST(LoadPipelineTest, ARefreshWithoutASlotThroughTheTierIsSkipped) {
   options.shared = tier;
   options.max_concurrent_loads = 1;
   Harness<> h(options);
-  const LoadSlots::Ticket taken = h.core_->slots.TryAcquire(0);
+  const LoadSlots::Ticket taken =
+      h.core_->slots.TryAcquire(h.core_->NowNanos());
   ASSERT_NE(taken, 0u);
   Load<Harness<>::Core> refresh = h.Register(LoadKind::kRefresh);
   LoadEnd<std::string> end = h.pipeline().Run(refresh, Where::kExecutorTask);

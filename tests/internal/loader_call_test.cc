@@ -88,9 +88,15 @@ TEST(LoaderCallTest, AnAsyncLoaderGetsItsCompletionAndItsThrowIsReturned) {
   (*kept)(std::string("later"));
   EXPECT_EQ(answer.value(), "later");
 
-  const absl::Status thrown = LoaderCall(*core).CallAsync(
-      "throw", 1,
-      Completion<std::string>([](absl::StatusOr<std::string>, bool) {}));
+  // Its completion, dropped as the loader throws, ends nothing here.
+  bool dropped = false;
+  Completion<std::string> unused(
+      [&](const absl::StatusOr<std::string>&, bool was_dropped) {
+        dropped = was_dropped;
+      });
+  const absl::Status thrown =
+      LoaderCall(*core).CallAsync("throw", 1, std::move(unused));
+  EXPECT_TRUE(dropped);
   EXPECT_EQ(thrown.code(), absl::StatusCode::kInternal);
   EXPECT_NE(thrown.message().find("async boom"), std::string::npos);
 }

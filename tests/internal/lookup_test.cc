@@ -58,7 +58,7 @@ class LookupTest : public ::testing::Test {
                                   core_->NowNanos(), {}));
   }
   // Stores the error `error` for `key` (keeping its value, if any).
-  void Fail(const std::string& key, absl::Status error) {
+  void Fail(const std::string& key, const absl::Status& error) {
     EpochGuard guard;
     const Core::Entry* current = Find(key);
     const int64_t now = core_->NowNanos();
@@ -67,10 +67,10 @@ class LookupTest : public ::testing::Test {
                          now, absl::Seconds(5), core_->fixed_times));
   }
   void Store(std::unique_ptr<Core::Entry> entry) {
-    Core::Shard& shard = core_->ShardFor(entry->hash);
+    const size_t hash = HashOf(entry->key);  // Entries keep its low half.
+    Core::Shard& shard = core_->ShardFor(hash);
     Core::Writer w(shard);
-    Core::Entry* current =
-        shard.Find(entry->hash, entry->key, std::equal_to<>());
+    Core::Entry* current = shard.Find(hash, entry->key, core_->lookup_eq());
     shard.Store(w, current, std::move(entry), core_->NowNanos());
   }
   Core::Entry* Find(const std::string& key) {

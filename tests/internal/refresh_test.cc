@@ -124,7 +124,7 @@ TEST_F(RefreshTest, NoRefreshWithoutAFreeSlotAndTheEntryStaysRefreshable) {
   options.max_concurrent_loads = 1;
   Make(options);
   StoreValue("old");
-  const LoadSlots::Ticket taken = core_->slots.TryAcquire(0);
+  const LoadSlots::Ticket taken = core_->slots.TryAcquire(core_->NowNanos());
   EXPECT_FALSE(Prepare().has_value());
   EXPECT_FALSE(Marked());
   EXPECT_EQ(core_->recorder.Snapshot().refreshes_skipped, 1u);

@@ -43,7 +43,8 @@ std::unique_ptr<CoreOf<P>> MakeCore(ManualClock* clock, P policy = {}) {
 
 template <typename Core>
 void Store(Core& core, std::unique_ptr<typename Core::Entry> entry) {
-  auto& shard = core.ShardFor(entry->hash);
+  const size_t hash = core.HashOf(entry->key);  // Entries keep its low half.
+  auto& shard = core.ShardFor(hash);
   typename Core::Writer w(shard);
   shard.Store(w, nullptr, std::move(entry), core.NowNanos());
 }
