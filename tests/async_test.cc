@@ -410,12 +410,33 @@ TEST_F(AsyncTest, ACallbackThatAsksAgainWhileTheCacheIsDestroyedIsAnswered) {
   EXPECT_EQ(loads_, 1);
 }
 
+// Runs tasks on a ThreadPool and counts those that started, so that a test
+// can wait until a task is on a thread (not still queued) before it acts.
+class CountingExecutor final : public Executor {
+ public:
+  explicit CountingExecutor(int threads) : pool_(threads) {}
+  void Schedule(Task task) override {
+    pool_.Schedule([this, task = std::move(task)]() mutable {
+      started_.Increment();
+      std::move(task)();
+    });
+  }
+  bool WaitForStarted(int n) { return started_.WaitFor(n); }
+
+ private:
+  Counter started_;
+  ThreadPool pool_;  // Joined first: no task touches `started_` after.
+};
+
 TEST_F(AsyncTest, DestroyingTheCacheDropsALoadStillWaitingForASlot) {
   // One load slot, held by a running load; a second key's load waits for it
   // on another pool thread when ~Cache begins. That load is queued work: it
   // must stop waiting and never call the loader, even once the slot frees,
-  // and its waiter is cancelled, once.
-  ThreadPool pool(2);
+  // and its waiter is cancelled, once. (A task the pool runs only after ~Cache
+  // began finds the cache closed and leaves its waiter to the destructor,
+  // which answers it after the running load: not this test's case, so the
+  // test waits until the second task is on its thread.)
+  CountingExecutor pool(2);
   options_.executor = &pool;
   options_.max_concurrent_loads = 1;
   options_.wait_timeout = absl::Seconds(60);
@@ -427,9 +448,10 @@ TEST_F(AsyncTest, DestroyingTheCacheDropsALoadStillWaitingForASlot) {
   ASSERT_TRUE(loading.WaitFor(1));
   Results waiting;
   cache->GetAsync("waiting", waiting.Callback());
+  ASSERT_TRUE(pool.WaitForStarted(2));
   std::thread destroyer([&] { cache.reset(); });
   // The destructor waits for the running load; the waiting one gives up
-  // meanwhile (before the fix it waited, then loaded, once the slot freed).
+  // meanwhile, rather than wait and then load once the slot frees.
   EXPECT_TRUE(waiting.WaitFor(1));
   release.Open();
   destroyer.join();
