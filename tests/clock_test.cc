@@ -263,9 +263,9 @@ int LoadsOverOneSecondOfReads() {
 }
 
 TEST(SystemClockDeathTest, WithoutATickerThreadHitsReadThePreciseClock) {
-  // Before the fix, the coarse time was published before the ticker thread
-  // was started; when that failed, the first hit threw std::system_error
-  // and the coarse clock never moved again (1 load instead of ~10).
+  // The coarse time is published only once the ticker thread runs: were it
+  // published first and the start failed, the first hit would throw
+  // std::system_error and the coarse clock never move (1 load, not ~10).
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
@@ -322,8 +322,8 @@ TEST(SystemClockTest, AForkedChildStartsATickerOfItsOwn) {
   if (PADDOCK_TEST_TSAN) {
     GTEST_SKIP() << "ThreadSanitizer stops a forked child that starts a thread";
   }
-  // The parent's ticker does not survive fork(): before the fix the child's
-  // coarse clock stopped, and hits served expired values as fresh.
+  // The parent's ticker does not survive fork(): unless the child starts its
+  // own, its coarse clock stops and hits serve expired values as fresh.
   //
   // Fork only once the parent's ticker is in its loop, as in a pre-fork
   // server whose ticker has run for a while. A fork while the ticker thread

@@ -298,8 +298,8 @@ namespace paddock {
 namespace {
 
 TEST(ThreadPoolDeathTest, APoolWhoseThreadsCannotAllStartThrowsSystemError) {
-  // Before the fix, the threads already started were destroyed joinable
-  // during unwinding: std::terminate instead of an exception.
+  // The threads already started must be joined during unwinding: destroyed
+  // joinable, they would call std::terminate instead of the exception.
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {

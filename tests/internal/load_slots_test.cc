@@ -63,7 +63,7 @@ TEST(LoadSlotsTest, AWaiterTakesTheSlotOfAHolderThatAgesOutWhileItWaits) {
   // The holder never returns. Once it is past the maximum age (on the cache
   // clock, advanced here after the waiter looked once and blocked), the
   // waiter must take its slot rather than wait for a release that never
-  // comes. Before the fix it waited out its whole timeout.
+  // comes, which would cost it its whole timeout.
   LoadSlots slots(1, absl::Milliseconds(200));
   std::atomic<int64_t> cache_now{0};
   std::atomic<int> looks{0};
