@@ -426,16 +426,15 @@ class Cache {
   friend class internal::AwaiterFor;
 
   static constexpr bool kShareable = Core::kShareable;
-  using Entry = typename Core::Entry;
-  using Flight = typename Core::Flight;
   using Shard = typename Core::Shard;
-  using AdmitAs = internal::AdmitAs<Flight>;
-  using Fleet = internal::FleetPath<Core>;
-  using Front = internal::Front<Core>;
-  using Leading = internal::Leading<Core>;
-  using Lookup = internal::Lookup<Core>;
-  using Waiting = internal::Waiting<Core>;
-  using Writes = internal::Writes<Core>;
+  using AdmitAs = internal::AdmitAs<typename Core::Flight>;
+
+  // The rooms the methods below hand each step to (internal/engine.h).
+  using Rooms = internal::Engine<Core>;
+  using Fleet = typename Rooms::FleetPath;
+  using Front = typename Rooms::Front;
+  using Lookup = typename Rooms::Lookup;
+  using Writes = typename Rooms::Writes;
 
   Cache(Loader loader, AsyncLoader async_loader, Options options, Policy policy,
         Hash hash, Eq eq)
@@ -518,7 +517,7 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetAny(const Q& key) {
   bool found;
   {
     internal::EpochGuard guard(record);
-    const Entry* n = shard.Find(hash, key, core_.lookup_eq());
+    const typename Core::Entry* n = shard.Find(hash, key, core_.lookup_eq());
     // `now` was read before the lookup: a time never ahead of the entry's
     // load, so a fresh entry is never refused for it, nor a stale one served.
     if (n != nullptr && now < n->quiet_until) [[likely]] {
@@ -609,13 +608,14 @@ absl::StatusOr<V> Cache<K, V, P, H, E>::GetSlow(Shard& shard, const K& key,
     return Front(core_).Finish(admitted.served);
   }
   if (admitted.joined.role == internal::Role::kJoin) {
-    return Waiting(core_).Wait(admitted.joined.flight, key, hash);
+    return
+        typename Rooms::Waiting(core_).Wait(admitted.joined.flight, key, hash);
   }
   if (admitted.joined.role == internal::Role::kLeadPending) {
     pending.set_registered();
   }
-  return Leading(core_).LeadMiss(shard, key, hash, admitted.joined,
-                                 admitted.start, pending.registered());
+  return typename Rooms::Leading(core_).LeadMiss(
+      shard, key, hash, admitted.joined, admitted.start, pending.registered());
 }
 
 }  // namespace paddock

@@ -59,14 +59,16 @@ class Fixture {
   }
 
   Core& core() { return *core_; }
-  FleetPath<Core> fleet() { return FleetPath<Core>(*core_); }
+  typename Engine<Core>::FleetPath fleet() {
+    return typename Engine<Core>::FleetPath(*core_);
+  }
   Load<Core> LoadFor(bool caller_waits = true) {
     Load<Core> load{key_, kHash, nullptr, LoadKind::kForeground};
     load.caller_waits = caller_waits;
     return load;
   }
-  typename FleetPath<Core>::Verdict Ask(Load<Core>& load,
-                                        Where where = Where::kCallerThread) {
+  typename Engine<Core>::FleetPath::Verdict Ask(
+      Load<Core>& load, Where where = Where::kCallerThread) {
     std::optional<FleetProgress> progress = fleet().Begin(load);
     EXPECT_TRUE(progress.has_value());
     return fleet().Ask(load, *progress, where);
@@ -109,8 +111,8 @@ TEST(FleetPathTest, BeginTakesTheVersionHeldHere) {
   auto& shard = f.core().ShardFor(kHash);
   {
     EpochGuard guard;
-    auto entry = Writes(f.core()).EntryFromTier(f.key_, kHash, "v", record,
-                                                f.core().NowNanos());
+    auto entry = Engine<Fixture<>::Core>::Writes(f.core()).EntryFromTier(
+        f.key_, kHash, "v", record, f.core().NowNanos());
     Fixture<>::Core::Writer w(shard);
     shard.Store(w, nullptr, std::move(entry), f.core().NowNanos());
   }

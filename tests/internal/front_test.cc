@@ -28,6 +28,8 @@ namespace {
 
 using Core = CacheCore<std::string, std::string, SoftTtl,
                        absl::Hash<std::string>, std::equal_to<std::string>>;
+using Front = Engine<Core>::Front;
+using Writes = Engine<Core>::Writes;
 using As = AdmitAs<Core::Flight>;
 
 class FrontTest : public ::testing::Test {
@@ -105,7 +107,7 @@ TEST_F(FrontTest, AMissRegistersTheCallersPendingLoadAndCountsAMiss) {
 TEST_F(FrontTest, AStaleEntrysRefreshIsScheduledOnlyAfterTheGuard) {
   StoreValue("old");
   clock_.Advance(absl::Seconds(15));
-  Front<Core> front(*core_);
+  Front front(*core_);
   std::optional<absl::StatusOr<std::string>> served =
       front.ServeNow(shard(), key_, hash_);
   ASSERT_TRUE(served.has_value());

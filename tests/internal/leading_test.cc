@@ -28,6 +28,8 @@ namespace {
 
 using Core = CacheCore<std::string, std::string, SingleFlight,
                        absl::Hash<std::string>, std::equal_to<std::string>>;
+using Front = Engine<Core>::Front;
+using Leading = Engine<Core>::Leading;
 using As = AdmitAs<Core::Flight>;
 
 class LeadingTest : public ::testing::Test {

@@ -76,7 +76,9 @@ class Harness {
     if (n == nullptr || !n->has_value()) return std::nullopt;
     return n->value();
   }
-  LoadPipeline<Core> pipeline() { return LoadPipeline<Core>(*core_); }
+  typename Engine<Core>::LoadPipeline pipeline() {
+    return typename Engine<Core>::LoadPipeline(*core_);
+  }
 
   ManualClock clock_{absl::FromUnixSeconds(1'000)};
   const std::string key_ = "k";

@@ -24,6 +24,7 @@ namespace {
 
 using Core = CacheCore<std::string, std::string, SingleFlight,
                        absl::Hash<std::string>, std::equal_to<std::string>>;
+using LoaderCall = Engine<Core>::LoaderCall;
 
 // The core every loader below checks its own load scope against.
 const Core* current_core = nullptr;

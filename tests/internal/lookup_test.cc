@@ -29,6 +29,8 @@ namespace {
 
 using Core = CacheCore<std::string, std::string, SoftTtl,
                        absl::Hash<std::string>, std::equal_to<>>;
+using Lookup = Engine<Core>::Lookup;
+using Writes = Engine<Core>::Writes;
 using Served = Answer<Core::Entry>::Served;
 
 class LookupTest : public ::testing::Test {
@@ -110,7 +112,7 @@ TEST_F(LookupTest, ARememberedErrorAnswersUntilItsTtlWithAStandInIfKept) {
   EXPECT_EQ(negative.served, Served::kNegative);
   {
     EpochGuard guard;
-    EXPECT_EQ(Lookup<Core>::ResultOf(
+    EXPECT_EQ(Lookup::ResultOf(
                   Lookup(*core_).Examine(Find("gone"), core_->NowNanos()))
                   .status(),
               absl::NotFoundError("no such key"));
@@ -125,7 +127,7 @@ TEST_F(LookupTest, ARememberedErrorAnswersUntilItsTtlWithAStandInIfKept) {
 }
 
 TEST_F(LookupTest, RecordCountsWhatEachAnswerServed) {
-  const Lookup<Core> lookup(*core_);
+  const Lookup lookup(*core_);
   const int64_t now = core_->NowNanos();
   lookup.Record({Served::kFresh}, now);
   lookup.Record({Served::kStale, nullptr, false, now - 1'000}, now);
@@ -141,7 +143,7 @@ TEST_F(LookupTest, RecordCountsWhatEachAnswerServed) {
 
 TEST_F(LookupTest, TheHitPathServesOnlyAQuietEntry) {
   Load("k");
-  const Lookup<Core> lookup(*core_);
+  const Lookup lookup(*core_);
   std::optional<absl::StatusOr<std::string>> out;
   EXPECT_TRUE(lookup.TakeHitUnprepared(ShardOf("k"), std::string("k"),
                                        HashOf("k"), out));
@@ -161,7 +163,7 @@ TEST_F(LookupTest, TheHitPathServesOnlyAQuietEntry) {
 }
 
 TEST_F(LookupTest, IfPresentServesWhatNeedsNoLoad) {
-  const Lookup<Core> lookup(*core_);
+  const Lookup lookup(*core_);
   EXPECT_EQ(lookup.IfPresent(std::string("k")), std::nullopt);
   Load("k");
   EXPECT_EQ(lookup.IfPresent(std::string("k")), "value of k");
@@ -172,7 +174,7 @@ TEST_F(LookupTest, IfPresentServesWhatNeedsNoLoad) {
 }
 
 TEST_F(LookupTest, ServeCountsAStaleValueStandingInForAnError) {
-  const Lookup<Core> lookup(*core_);
+  const Lookup lookup(*core_);
   EXPECT_EQ(lookup.Serve({std::string("v")}).value(), "v");
   EXPECT_EQ(core_->recorder.Snapshot().stale_fallbacks, 0u);
   EXPECT_EQ(lookup.Serve({std::string("old"), true, core_->NowNanos()}).value(),
@@ -181,7 +183,7 @@ TEST_F(LookupTest, ServeCountsAStaleValueStandingInForAnError) {
 }
 
 TEST_F(LookupTest, ATimedOutWaitGetsAKeptValueOrDeadlineExceeded) {
-  const Lookup<Core> lookup(*core_);
+  const Lookup lookup(*core_);
   const absl::StatusOr<std::string> none =
       lookup.TimedOut("k", HashOf("k"), /*counted=*/true);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded);

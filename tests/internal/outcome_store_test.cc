@@ -31,6 +31,8 @@ namespace {
 
 using Core = CacheCore<std::string, std::string, SoftTtl,
                        absl::Hash<std::string>, std::equal_to<>>;
+using OutcomeStore = Engine<Core>::OutcomeStore;
+using Writes = Engine<Core>::Writes;
 
 class OutcomeStoreTest : public ::testing::Test {
  protected:

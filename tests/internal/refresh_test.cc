@@ -33,6 +33,8 @@ namespace {
 using paddock::testing::FakeSharedTier;
 using Core = CacheCore<std::string, std::string, SingleFlight,
                        absl::Hash<std::string>, std::equal_to<std::string>>;
+using Refresh = Engine<Core>::Refresh;
+using Writes = Engine<Core>::Writes;
 
 class RefreshTest : public ::testing::Test {
  protected:

@@ -48,7 +48,8 @@ class TierSubscriberTest : public ::testing::Test {
   void Put(const K& key) {
     const size_t hash = core_->HashOf(key);
     auto& shard = core_->ShardFor(hash);
-    auto entry = Writes(*core_).NewEntry(key, hash, "v", 0, 0, {});
+    auto entry = typename Engine<Core>::Writes(*core_).NewEntry(key, hash, "v",
+                                                                0, 0, {});
     typename Core::Writer w(shard);
     shard.Store(w, nullptr, std::move(entry), 0);
   }

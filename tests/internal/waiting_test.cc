@@ -26,6 +26,7 @@ namespace {
 
 using Core = CacheCore<std::string, std::string, SingleFlight,
                        absl::Hash<std::string>, std::equal_to<>>;
+using Waiting = Engine<Core>::Waiting;
 
 class WaitingTest : public ::testing::Test {
  protected:
@@ -53,7 +54,7 @@ class WaitingTest : public ::testing::Test {
     return waiter;
   }
   void Publish(Core::Outcome outcome) {
-    Waiting<Core> waiting(*core_);
+    Waiting waiting(*core_);
     for (const auto& w : flight_->Publish(std::move(outcome))) {
       waiting.Deliver(w, *flight_->published());
     }

@@ -27,6 +27,8 @@ namespace {
 template <typename P>
 using CoreOf = CacheCore<std::string, std::string, P, absl::Hash<std::string>,
                          std::equal_to<>>;
+template <typename P>
+using WritesOf = typename Engine<CoreOf<P>>::Writes;
 
 constexpr int64_t kSecond = 1'000'000'000;
 
@@ -60,7 +62,8 @@ TEST(WritesTest, ANewEntryLivesByThePolicysLifetimeFromNow) {
   ManualClock clock(absl::FromUnixSeconds(100));
   auto core = MakeCore<SoftTtl>(&clock, SoftTtl{.stale_for = absl::Seconds(5)});
   const int64_t now = core->NowNanos();
-  auto n = Writes(*core).NewEntry("k", 7, "v", /*load_duration=*/3, now, {});
+  auto n = WritesOf<SoftTtl>(*core).NewEntry("k", 7, "v", /*load_duration=*/3,
+                                             now, {});
   EXPECT_EQ(n->value(), "v");
   const EntryTimes t = n->times(core->fixed_times);
   EXPECT_EQ(t.loaded_at, now);
@@ -77,7 +80,7 @@ TEST(WritesTest, ANewEntryTakesTheLifetimeItIsGiven) {
                        .quiet_for = absl::Seconds(1),
                        .keep_for = absl::Seconds(3),
                        .serve_on_error_for = absl::Seconds(4)};
-  auto n = Writes(*core).NewEntry("k", 7, "v", 0, now, given);
+  auto n = WritesOf<XFetch>(*core).NewEntry("k", 7, "v", 0, now, given);
   const EntryTimes t = n->times(core->fixed_times);
   EXPECT_EQ(t.quiet_until, now + 1 * kSecond);
   EXPECT_EQ(t.expires_at, now + 2 * kSecond);
@@ -95,7 +98,7 @@ TEST(WritesTest, AnEntryFromTheTierCountsFromWhenTheTierStoredIt) {
   record.keep_for = absl::Seconds(20);
   record.serve_on_error_for = absl::Seconds(8);
   record.load_duration = absl::Milliseconds(5);
-  auto n = Writes(*core).EntryFromTier("k", 7, "v", record, now);
+  auto n = WritesOf<XFetch>(*core).EntryFromTier("k", 7, "v", record, now);
   EXPECT_EQ(*n->shared_version(), "v-7");
   const EntryTimes t = n->times(core->fixed_times);
   const int64_t stored = now - 4 * kSecond;
@@ -111,7 +114,7 @@ TEST(WritesTest, AnEntryFromTheTierCountsFromWhenTheTierStoredIt) {
 TEST(WritesTest, InvalidatingAKeyDropsItsEntryAndItsLoad) {
   ManualClock clock;
   auto core = MakeCore<SingleFlight>(&clock);
-  const Writes writes(*core);
+  const WritesOf<SingleFlight> writes(*core);
   for (const char* key : {"a", "b"}) {
     Store(*core, writes.NewEntry(key, core->HashOf(std::string(key)), key, 0,
                                  core->NowNanos(), {}));
@@ -135,7 +138,7 @@ TEST(WritesTest, InvalidatingAKeyDropsItsEntryAndItsLoad) {
 TEST(WritesTest, InvalidatingEverythingEmptiesEveryShard) {
   ManualClock clock;
   auto core = MakeCore<SingleFlight>(&clock);
-  const Writes writes(*core);
+  const WritesOf<SingleFlight> writes(*core);
   for (int i = 0; i < 50; ++i) {
     const std::string key = std::to_string(i);
     Store(*core, writes.NewEntry(key, core->HashOf(key), key, 0,

@@ -100,7 +100,7 @@ class AsyncLoads {
     // Called as a Loader is: a Get of this key from inside the call is
     // refused at once, instead of waiting for a completion that cannot come
     // before the call returns.
-    absl::Status thrown = LoaderCall<Core>(core).CallAsync(
+    absl::Status thrown = typename Engine<Core>::LoaderCall(core).CallAsync(
         state.key, state.load.hash, std::move(done));
     state.in_call.store(false, std::memory_order_release);
     if (!thrown.ok()) return SettleNow{thrown, thrown};

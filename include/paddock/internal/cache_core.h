@@ -69,6 +69,19 @@
 
 namespace paddock::internal {
 
+// `given` when it is a `Lookup` already, else a stateless `Lookup` standing in
+// for it (a transparent hash or equality in place of the default one).
+template <typename Lookup, typename Given>
+ABSL_ATTRIBUTE_ALWAYS_INLINE const Lookup& GivenOrStateless(
+    const Given& given) {
+  if constexpr (std::is_same_v<Lookup, Given>) {
+    return given;
+  } else {
+    static constexpr Lookup kStateless{};
+    return kStateless;
+  }
+}
+
 template <typename K, typename V, RefreshPolicy P, typename H, typename E>
 class CacheCore {
  public:
@@ -122,20 +135,10 @@ class CacheCore {
   // the default ones of string keys, their transparent equivalents
   // (key_hash.h), stateless.
   ABSL_ATTRIBUTE_ALWAYS_INLINE const LookupHash& lookup_hash() const {
-    if constexpr (std::is_same_v<LookupHash, H>) {
-      return hash;
-    } else {
-      static constexpr LookupHash kHash{};
-      return kHash;
-    }
+    return GivenOrStateless<LookupHash>(hash);
   }
   ABSL_ATTRIBUTE_ALWAYS_INLINE const LookupEq& lookup_eq() const {
-    if constexpr (std::is_same_v<LookupEq, E>) {
-      return eq;
-    } else {
-      static constexpr LookupEq kEq{};
-      return kEq;
-    }
+    return GivenOrStateless<LookupEq>(eq);
   }
   ABSL_ATTRIBUTE_ALWAYS_INLINE Shard& ShardFor(size_t key_hash) const {
     return shards[((key_hash >> 32) * shard_count) >> 32];

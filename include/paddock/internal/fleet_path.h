@@ -12,8 +12,9 @@
 // allocation failing) counts as a tier error, and this process loads without
 // the tier, as on any other tier error.
 //
-// `FleetPath<Core>` is made on the spot over a cache's internal::CacheCore;
-// its functions are instantiated only for a cache with kShareable types.
+// `Engine<Core>::FleetPath` is made on the spot over a cache's
+// internal::CacheCore; its functions are instantiated only for a cache with
+// kShareable types.
 
 #ifndef PADDOCK_INTERNAL_FLEET_PATH_H_
 #define PADDOCK_INTERNAL_FLEET_PATH_H_
@@ -33,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "paddock/codec.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
 #include "paddock/internal/fleet_waits.h"
@@ -92,14 +94,8 @@ using FleetVerdict = std::variant<TierAnswer<V>, ServeStale<V>, LoadUnderLease,
                                   LoadAlone, ParkFor, GiveUp>;
 
 template <typename Core>
-class FleetPath {
+class Engine<Core>::FleetPath {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Entry = typename Core::Entry;
-  using Shard = typename Core::Shard;
-  using Writer = typename Core::Writer;
-  using Load = internal::Load<Core>;
   using Verdict = FleetVerdict<V>;
 
   explicit FleetPath(Core& core) : core_(core) {}
@@ -181,7 +177,8 @@ class FleetPath {
 };
 
 template <typename Core>
-std::optional<FleetProgress> FleetPath<Core>::Begin(const Load& load) const {
+std::optional<FleetProgress> Engine<Core>::FleetPath::Begin(
+    const Load& load) const {
   FleetProgress progress;
   try {
     progress.key_bytes = Codec<K>::Encode(load.key);
@@ -200,9 +197,8 @@ std::optional<FleetProgress> FleetPath<Core>::Begin(const Load& load) const {
 }
 
 template <typename Core>
-typename FleetPath<Core>::Verdict FleetPath<Core>::Ask(Load& load,
-                                                       FleetProgress& progress,
-                                                       Where where) {
+typename Engine<Core>::FleetPath::Verdict Engine<Core>::FleetPath::Ask(
+    Load& load, FleetProgress& progress, Where where) {
   for (;;) {
     // Read before the lookup: a change announced after it wakes the park.
     // Only where a load may park: reading it makes the process-wide waits.
@@ -253,7 +249,7 @@ typename FleetPath<Core>::Verdict FleetPath<Core>::Ask(Load& load,
 }
 
 template <typename Core>
-std::optional<SharedLookup> FleetPath<Core>::LookUp(
+std::optional<SharedLookup> Engine<Core>::FleetPath::LookUp(
     const FleetProgress& progress) noexcept {
   try {
     absl::StatusOr<SharedLookup> answer =
@@ -268,7 +264,7 @@ std::optional<SharedLookup> FleetPath<Core>::LookUp(
 }
 
 template <typename Core>
-typename FleetPath<Core>::Verdict FleetPath<Core>::OnGranted(
+typename Engine<Core>::FleetPath::Verdict Engine<Core>::FleetPath::OnGranted(
     Load& load, const FleetProgress& progress, SharedLookup& lookup,
     int64_t now) {
   core_.recorder.LeaseAcquired();
@@ -295,9 +291,10 @@ typename FleetPath<Core>::Verdict FleetPath<Core>::OnGranted(
 }
 
 template <typename Core>
-std::optional<typename FleetPath<Core>::Verdict> FleetPath<Core>::WaitOrGiveUp(
-    Load& load, const FleetProgress& progress, const SharedLookup& lookup,
-    int64_t now, uint64_t since, Where where) {
+std::optional<typename Engine<Core>::FleetPath::Verdict>
+Engine<Core>::FleetPath::WaitOrGiveUp(Load& load, const FleetProgress& progress,
+                                      const SharedLookup& lookup, int64_t now,
+                                      uint64_t since, Where where) {
   // Another process loads this key: wait for its fill, then ask again (a
   // holder that died lets the lease lapse, and this one may get it). Unless
   // this cache is being destroyed: its destructor waits for this load, and
@@ -330,8 +327,8 @@ std::optional<typename FleetPath<Core>::Verdict> FleetPath<Core>::WaitOrGiveUp(
 }
 
 template <typename Core>
-bool FleetPath<Core>::AwaitChange(const FleetProgress& progress,
-                                  absl::Duration wait) noexcept {
+bool Engine<Core>::FleetPath::AwaitChange(const FleetProgress& progress,
+                                          absl::Duration wait) noexcept {
   try {
     core_.tier->AwaitChange(progress.key_bytes, wait);
     return true;
@@ -342,9 +339,10 @@ bool FleetPath<Core>::AwaitChange(const FleetProgress& progress,
 }
 
 template <typename Core>
-TierFill FleetPath<Core>::Fill(const Load& load, const Lease& lease,
-                               const absl::StatusOr<V>& result, int64_t started,
-                               int64_t finished, bool verdict) noexcept {
+TierFill Engine<Core>::FleetPath::Fill(const Load& load, const Lease& lease,
+                                       const absl::StatusOr<V>& result,
+                                       int64_t started, int64_t finished,
+                                       bool verdict) noexcept {
   TierFill out;
   std::optional<SharedFill> fill;
   try {
@@ -381,7 +379,7 @@ TierFill FleetPath<Core>::Fill(const Load& load, const Lease& lease,
 }
 
 template <typename Core>
-std::optional<SharedFill> FleetPath<Core>::FillOf(
+std::optional<SharedFill> Engine<Core>::FleetPath::FillOf(
     const Load& load, const Lease& lease, const absl::StatusOr<V>& result,
     absl::Duration took, bool verdict, TierFill& out) const {
   if (result.ok()) {
@@ -414,7 +412,7 @@ std::optional<SharedFill> FleetPath<Core>::FillOf(
 }
 
 template <typename Core>
-void FleetPath<Core>::GiveBack(const Lease* lease) noexcept {
+void Engine<Core>::FleetPath::GiveBack(const Lease* lease) noexcept {
   if (lease == nullptr) return;
   try {
     if (!core_.tier->Release(lease->key_bytes, lease->token).ok()) {
@@ -426,8 +424,8 @@ void FleetPath<Core>::GiveBack(const Lease* lease) noexcept {
 }
 
 template <typename Core>
-std::optional<absl::StatusOr<typename Core::Value>> FleetPath<Core>::Decode(
-    const SharedRecord& record) const {
+std::optional<absl::StatusOr<typename Core::Value>>
+Engine<Core>::FleetPath::Decode(const SharedRecord& record) const {
   if (!record.value.ok()) return record.value.status();  // The fleet's error.
   // Larger than this process may store (written by a process with a larger
   // limit): a miss, like an undecodable record.
@@ -443,8 +441,9 @@ std::optional<absl::StatusOr<typename Core::Value>> FleetPath<Core>::Decode(
 }
 
 template <typename Core>
-bool FleetPath<Core>::KeepStandIn(const Load& load, const SharedRecord& record,
-                                  int64_t now) noexcept {
+bool Engine<Core>::FleetPath::KeepStandIn(const Load& load,
+                                          const SharedRecord& record,
+                                          int64_t now) noexcept {
   if (record.age >= record.serve_on_error_for) return false;
   Shard& shard = core_.ShardFor(load.hash);
   EpochGuard guard;
@@ -457,8 +456,8 @@ bool FleetPath<Core>::KeepStandIn(const Load& load, const SharedRecord& record,
     {  // The decoded value (moved from) is destroyed before the lock.
       std::optional<absl::StatusOr<V>> value = Decode(record);
       if (!value.has_value() || !value->ok()) return true;  // None to store.
-      fresh = Writes<Core>(core_).EntryFromTier(
-          load.key, load.hash, **std::move(value), record, now);
+      fresh = Writes(core_).EntryFromTier(load.key, load.hash,
+                                          **std::move(value), record, now);
     }
     Writer w(shard);
     if (shard.Find(load.hash, load.key, core_.lookup_eq()) != current) {
@@ -478,8 +477,8 @@ bool FleetPath<Core>::KeepStandIn(const Load& load, const SharedRecord& record,
 }
 
 template <typename Core>
-bool FleetPath<Core>::ServesStale(const SharedRecord& record,
-                                  int64_t now) const {
+bool Engine<Core>::FleetPath::ServesStale(const SharedRecord& record,
+                                          int64_t now) const {
   const int64_t loaded_at = now - ToNanosSaturated(record.age);
   const int64_t keep_until = AddSaturated(loaded_at, record.keep_for);
   if (now >= keep_until) return false;
@@ -492,7 +491,7 @@ bool FleetPath<Core>::ServesStale(const SharedRecord& record,
 }
 
 template <typename Core>
-std::string FleetPath<Core>::LocalVersion(const Load& load) const {
+std::string Engine<Core>::FleetPath::LocalVersion(const Load& load) const {
   EpochGuard guard;
   const Entry* n =
       core_.ShardFor(load.hash).Find(load.hash, load.key, core_.lookup_eq());
@@ -501,8 +500,8 @@ std::string FleetPath<Core>::LocalVersion(const Load& load) const {
 }
 
 template <typename Core>
-void FleetPath<Core>::PutThrough(const K& key, size_t hash,
-                                 const PutPlan& plan) {
+void Engine<Core>::FleetPath::PutThrough(const K& key, size_t hash,
+                                         const PutPlan& plan) {
   const uint64_t origin = core_.subscription->id();
   const std::string key_bytes = Codec<K>::Encode(key);
   absl::Status written;
@@ -536,12 +535,12 @@ void FleetPath<Core>::PutThrough(const K& key, size_t hash,
 }
 
 template <typename Core>
-void FleetPath<Core>::InvalidateThrough(const K& key, size_t hash) {
+void Engine<Core>::FleetPath::InvalidateThrough(const K& key, size_t hash) {
   if (!core_.tier->Invalidate(Codec<K>::Encode(key), core_.subscription->id())
            .ok()) {
     core_.recorder.SharedError();
   }
-  Writes<Core>(core_).InvalidateLocally(key, hash);
+  Writes(core_).InvalidateLocally(key, hash);
 }
 
 }  // namespace paddock::internal

@@ -7,7 +7,7 @@
 // A served answer is counted and its refresh scheduled only after the epoch
 // guard ends (a load must never run inside one).
 //
-// `Front<Core>` is made on the spot over a cache's internal::CacheCore;
+// `Engine<Core>::Front` is made on the spot over a cache's internal::CacheCore;
 // thread-safe as the core is.
 
 #ifndef PADDOCK_INTERNAL_FRONT_H_
@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "paddock/internal/admission.h"
 #include "paddock/internal/async_waiters.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/in_flight_set.h"
 #include "paddock/internal/load_pipeline.h"
@@ -54,17 +55,8 @@ struct Admitted {
 };
 
 template <typename Core>
-class Front {
+class Engine<Core>::Front {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Entry = typename Core::Entry;
-  using Shard = typename Core::Shard;
-  using Writer = typename Core::Writer;
-  using Flight = typename Core::Flight;
-  using Load = internal::Load<Core>;
-  using Callback = typename Core::Callback;
-
   explicit Front(Core& core) : core_(core) {}
 
   // Under one epoch guard and the shard's lock: what `key`'s entry serves,
@@ -110,9 +102,11 @@ class Front {
 };
 
 template <typename Core>
-Admitted<Core> Front<Core>::Admit(Shard& shard, const K& key, size_t hash,
-                                  const AdmitAs<Flight>& as, bool times_load,
-                                  PendingLoad<Flight>* pending) {
+Admitted<Core> Engine<Core>::Front::Admit(Shard& shard, const K& key,
+                                          size_t hash,
+                                          const AdmitAs<Flight>& as,
+                                          bool times_load,
+                                          PendingLoad<Flight>* pending) {
   Admitted<Core> admitted;
   Served<Core>& served = admitted.served;
   {
@@ -129,7 +123,7 @@ Admitted<Core> Front<Core>::Admit(Shard& shard, const K& key, size_t hash,
       Writer w(shard);
       // Re-check: a load may have stored the value since the lock-free look.
       if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
-        served.answer = Lookup<Core>(core_).Examine(n, served.now);
+        served.answer = Lookup(core_).Examine(n, served.now);
       }
       if (served.answer.served == Answer<Entry>::Served::kNothing) {
         admitted.joined = RegisterOrJoin<Core::kCoalesce>(
@@ -146,14 +140,14 @@ Admitted<Core> Front<Core>::Admit(Shard& shard, const K& key, size_t hash,
 }
 
 template <typename Core>
-std::optional<absl::StatusOr<typename Core::Value>> Front<Core>::ServeNow(
-    Shard& shard, const K& key, size_t hash) {
+std::optional<absl::StatusOr<typename Core::Value>>
+Engine<Core>::Front::ServeNow(Shard& shard, const K& key, size_t hash) {
   Served<Core> served;
   {
     EpochGuard guard;
     if (Entry* n = shard.Find(hash, key, core_.lookup_eq()); n != nullptr) {
       served.now = core_.NowNanos();
-      served.answer = Lookup<Core>(core_).Examine(n, served.now);
+      served.answer = Lookup(core_).Examine(n, served.now);
       ServeUnderGuard(shard, key, hash, served);
     }
   }
@@ -163,28 +157,29 @@ std::optional<absl::StatusOr<typename Core::Value>> Front<Core>::ServeNow(
 }
 
 template <typename Core>
-void Front<Core>::ServeUnderGuard(Shard& shard, const K& key, size_t hash,
-                                  Served<Core>& served) {
+void Engine<Core>::Front::ServeUnderGuard(Shard& shard, const K& key,
+                                          size_t hash, Served<Core>& served) {
   if (served.answer.served == Answer<Entry>::Served::kNothing) return;
-  served.result.emplace(Lookup<Core>::ResultOf(served.answer));
+  served.result.emplace(Lookup::ResultOf(served.answer));
   if (served.answer.refresh) {
-    Refresh<Core>(core_).Prepare(shard, key, hash, served.answer.entry,
-                                 served.refresh);
+    Refresh(core_).Prepare(shard, key, hash, served.answer.entry,
+                           served.refresh);
   }
 }
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> Front<Core>::Finish(Served<Core>& served) {
-  Lookup<Core>(core_).Record(served.answer, served.now);
+absl::StatusOr<typename Core::Value> Engine<Core>::Front::Finish(
+    Served<Core>& served) {
+  Lookup(core_).Record(served.answer, served.now);
   if (served.refresh.has_value()) {
-    Refresh<Core>(core_).Schedule(*std::move(served.refresh));
+    Refresh(core_).Schedule(*std::move(served.refresh));
   }
   return *std::move(served.result);
 }
 
 template <typename Core>
-void Front<Core>::AsyncMiss(Shard& shard, const K& key, size_t hash,
-                            Callback done) {
+void Engine<Core>::Front::AsyncMiss(Shard& shard, const K& key, size_t hash,
+                                    Callback done) {
   if (core_.lifeline->closing()) [[unlikely]] {
     // Asked from a callback ~Cache runs: no load, and no waiter, would ever
     // answer (the destructor has cancelled every waiter it holds).
@@ -217,8 +212,8 @@ void Front<Core>::AsyncMiss(Shard& shard, const K& key, size_t hash,
       delivery = std::make_shared<Flight>(key, hash, admitted.start.nanos);
     }
     Flight& rendezvous = delivery != nullptr ? *delivery : *flight;
-    Waiting<Core>(core_).Enlist(rendezvous, key, hash, std::move(done),
-                                /*joined=*/!lead, waiter);
+    Waiting(core_).Enlist(rendezvous, key, hash, std::move(done),
+                          /*joined=*/!lead, waiter);
   } catch (...) {
     // This caller gets the exception (as from Get), not its callback. Until
     // a task (or the loader) holds the load it registered, a throw ends it:
@@ -237,22 +232,22 @@ void Front<Core>::AsyncMiss(Shard& shard, const K& key, size_t hash,
 }
 
 template <typename Core>
-void Front<Core>::StartAsyncLead(const K& key, size_t hash,
-                                 std::shared_ptr<Flight> flight,
-                                 std::shared_ptr<Flight> delivery,
-                                 bool start_here) {
+void Engine<Core>::Front::StartAsyncLead(const K& key, size_t hash,
+                                         std::shared_ptr<Flight> flight,
+                                         std::shared_ptr<Flight> delivery,
+                                         bool start_here) {
   if (start_here) {
     Load load{key, hash, flight, LoadKind::kForeground};
     load.caller_waits = true;
     load.delivery = std::move(delivery);
-    LoadPipeline<Core>(core_).StartAsync(load, nullptr);
+    LoadPipeline(core_).StartAsync(load, nullptr);
     return;
   }
   try {
     std::optional<LoadTask<Core>> task;
     task.emplace(&core_, key, hash, LoadKind::kForeground);
     task->Attach(flight, /*claimed=*/!Core::kCoalesce, std::move(delivery));
-    Refresh<Core>(core_).Schedule(*std::move(task));
+    Refresh(core_).Schedule(*std::move(task));
   } catch (...) {
     // The task could not be made (its key's copy threw): end the load as
     // dropped work ends, so that its waiters (this caller's among them,
@@ -262,10 +257,10 @@ void Front<Core>::StartAsyncLead(const K& key, size_t hash,
 }
 
 template <typename Core>
-void Front<Core>::EndUnstarted(const K& key, size_t hash,
-                               const std::shared_ptr<Flight>& flight,
-                               std::shared_ptr<Flight> delivery,
-                               bool start_here) noexcept {
+void Engine<Core>::Front::EndUnstarted(const K& key, size_t hash,
+                                       const std::shared_ptr<Flight>& flight,
+                                       std::shared_ptr<Flight> delivery,
+                                       bool start_here) noexcept {
   // A blocking Get may have claimed the queued flight meanwhile: then its
   // load runs, and ends the flight, for every caller that joined it. (Other
   // flights start running: nobody else can claim them.)
@@ -274,7 +269,7 @@ void Front<Core>::EndUnstarted(const K& key, size_t hash,
   }
   Load load{key, hash, flight, LoadKind::kForeground};
   load.delivery = std::move(delivery);
-  OutcomeStore<Core>(core_).Fail(
+  OutcomeStore(core_).Fail(
       load, absl::InternalError("paddock: could not start the load"));
 }
 

@@ -7,8 +7,9 @@
 // shared tier) takes a shorter way: its pending load, registered without a
 // flight, is stored and unregistered under one lock.
 //
-// `Leading<Core>` is made on the spot over a cache's internal::CacheCore;
-// `PendingLead<Core>` is the caller's pending load and its guard.
+// `Engine<Core>::Leading` is made on the spot over a cache's
+// internal::CacheCore; `PendingLead<Core>` is the caller's pending load and its
+// guard.
 
 #ifndef PADDOCK_INTERNAL_LEADING_H_
 #define PADDOCK_INTERNAL_LEADING_H_
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "paddock/internal/admission.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/in_flight_set.h"
 #include "paddock/internal/load_pipeline.h"
 #include "paddock/internal/load_slots.h"
@@ -52,7 +54,7 @@ class PendingLead {
     if (!registered_ || pending_.completed) return;
     if (const std::shared_ptr<Flight> waited_on =
             AbandonPending<Core::kCoalesce>(shard_, &pending_)) {
-      OutcomeStore<Core>(core_).Publish(
+      typename Engine<Core>::OutcomeStore(core_).Publish(
           *waited_on,
           {absl::InternalError("paddock: the load ended by an exception "
                                "before it completed")});
@@ -76,16 +78,8 @@ class PendingLead {
 };
 
 template <typename Core>
-class Leading {
+class Engine<Core>::Leading {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Shard = typename Core::Shard;
-  using Flight = typename Core::Flight;
-  using Outcome = typename Core::Outcome;
-  using LoadStart = typename Core::LoadStart;
-  using Load = internal::Load<Core>;
-
   explicit Leading(Core& core) : core_(core) {}
 
   // A miss this caller leads, as admission `joined` it at `start`
@@ -111,8 +105,8 @@ class Leading {
   // do; returns the outcome, or nullopt if an asynchronous loader will
   // complete it.
   std::optional<Outcome> RunHere(Load& load) {
-    return Refresh<Core>(core_).Continue(
-        load, LoadPipeline<Core>(core_).Run(load, Where::kCallerThread),
+    return Refresh(core_).Continue(
+        load, LoadPipeline(core_).Run(load, Where::kCallerThread),
         Where::kCallerThread);
   }
 
@@ -120,7 +114,7 @@ class Leading {
 };
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> Leading<Core>::LeadMiss(
+absl::StatusOr<typename Core::Value> Engine<Core>::Leading::LeadMiss(
     Shard& shard, const K& key, size_t hash, Joined<Flight>& joined,
     const LoadStart& start, PendingLoad<Flight>* pending) {
   // Nothing between here and the loader call waits (no load slot to take, no
@@ -148,18 +142,18 @@ absl::StatusOr<typename Core::Value> Leading<Core>::LeadMiss(
 }
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> Leading<Core>::Lead(Load load) {
+absl::StatusOr<typename Core::Value> Engine<Core>::Leading::Lead(Load load) {
   load.caller_waits = true;
   // With a shared tier the slot is taken once the loader is to run, never
   // for a wait for another process (the pipeline's LoadWithSlot).
   if (load.slot == 0 && !core_.fleet()) {
     load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
-      return Lookup<Core>(core_).Serve(
-          OutcomeStore<Core>(core_).Fail(load, core_.NoSlotError()));
+      return Lookup(core_).Serve(
+          OutcomeStore(core_).Fail(load, core_.NoSlotError()));
     }
   }
-  if (!core_.async_loader) return Lookup<Core>(core_).Serve(*RunHere(load));
+  if (!core_.async_loader) return Lookup(core_).Serve(*RunHere(load));
   // An asynchronous loader completes elsewhere: wait for it like a joiner,
   // on the load's flight (an uncoalesced load: on a rendezvous of its own).
   std::shared_ptr<Flight> rendezvous = load.flight;
@@ -170,18 +164,18 @@ absl::StatusOr<typename Core::Value> Leading<Core>::Lead(Load load) {
         std::make_shared<Flight>(load.key, load.hash, core_.NowNanos());
   }
   if (std::optional<Outcome> outcome = RunHere(load)) {
-    return Lookup<Core>(core_).Serve(*outcome);
+    return Lookup(core_).Serve(*outcome);
   }
-  return Waiting<Core>(core_).Wait(rendezvous, load.key, load.hash,
-                                   /*counted=*/false);
+  return Waiting(core_).Wait(rendezvous, load.key, load.hash,
+                             /*counted=*/false);
 }
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> Leading<Core>::LeadPending(
+absl::StatusOr<typename Core::Value> Engine<Core>::Leading::LeadPending(
     Shard& shard, const K& key, size_t hash, PendingLoad<Flight>& pending,
     const LoadStart& start) {
   core_.recorder.LoadStarted(LoadKind::kForeground);
-  absl::StatusOr<V> result = LoaderCall<Core>(core_).Call(key, hash);
+  absl::StatusOr<V> result = LoaderCall(core_).Call(key, hash);
   const auto [started, finished] = core_.EndLoadClock(start);
   core_.recorder.LoadFinished(LoadKind::kForeground, finished - started,
                               result.status());
@@ -190,11 +184,11 @@ absl::StatusOr<typename Core::Value> Leading<Core>::LeadPending(
     Load load{key, hash, nullptr, LoadKind::kForeground};
     load.caller_waits = true;
     load.pending = &pending;
-    return Lookup<Core>(core_).Serve(OutcomeStore<Core>(core_).Complete(
+    return Lookup(core_).Serve(OutcomeStore(core_).Complete(
         load, std::move(result), /*loader_ran=*/true, started, finished));
   }
-  return OutcomeStore<Core>(core_).StorePending(
-      shard, key, hash, pending, std::move(result), started, finished);
+  return OutcomeStore(core_).StorePending(shard, key, hash, pending,
+                                          std::move(result), started, finished);
 }
 
 }  // namespace paddock::internal

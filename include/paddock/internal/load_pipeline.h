@@ -10,8 +10,8 @@
 // room, internal/refresh.h) to carry out: park the load until another
 // process's fill, or refresh the stale record it served.
 //
-// `LoadPipeline<Core>` is made on the spot over a cache's internal::CacheCore;
-// thread-safe as the core is.
+// `Engine<Core>::LoadPipeline` is made on the spot over a cache's
+// internal::CacheCore; thread-safe as the core is.
 
 #ifndef PADDOCK_INTERNAL_LOAD_PIPELINE_H_
 #define PADDOCK_INTERNAL_LOAD_PIPELINE_H_
@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "paddock/completion.h"
 #include "paddock/internal/async_load.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/fleet_path.h"
 #include "paddock/internal/lifeline.h"
 #include "paddock/internal/load_state.h"
@@ -61,12 +62,8 @@ struct LoadEnd {
 };
 
 template <typename Core>
-class LoadPipeline {
+class Engine<Core>::LoadPipeline {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Outcome = typename Core::Outcome;
-  using Load = internal::Load<Core>;
   using End = LoadEnd<V>;
 
   explicit LoadPipeline(Core& core) : core_(core) {}
@@ -120,24 +117,25 @@ class LoadPipeline {
 };
 
 template <typename Core>
-typename LoadPipeline<Core>::End LoadPipeline<Core>::RunFleet(Load& load,
-                                                              Where where) {
-  std::optional<FleetProgress> progress = FleetPath<Core>(core_).Begin(load);
+typename Engine<Core>::LoadPipeline::End Engine<Core>::LoadPipeline::RunFleet(
+    Load& load, Where where) {
+  std::optional<FleetProgress> progress = FleetPath(core_).Begin(load);
   if (!progress.has_value()) return LoadAlone(load);
   return ResumeFleet(load, *progress, where);
 }
 
 template <typename Core>
-typename LoadPipeline<Core>::End LoadPipeline<Core>::ResumeFleet(
-    Load& load, FleetProgress& progress, Where where) {
-  FleetVerdict<V> verdict = FleetPath<Core>(core_).Ask(load, progress, where);
+typename Engine<Core>::LoadPipeline::End
+Engine<Core>::LoadPipeline::ResumeFleet(Load& load, FleetProgress& progress,
+                                        Where where) {
+  FleetVerdict<V> verdict = FleetPath(core_).Ask(load, progress, where);
   return Apply(load, progress, verdict);
 }
 
 template <typename Core>
-typename LoadPipeline<Core>::End LoadPipeline<Core>::Apply(
+typename Engine<Core>::LoadPipeline::End Engine<Core>::LoadPipeline::Apply(
     Load& load, FleetProgress& progress, FleetVerdict<V>& verdict) {
-  OutcomeStore<Core> outcomes(core_);
+  OutcomeStore outcomes(core_);
   if (auto* answer = std::get_if<TierAnswer<V>>(&verdict)) {
     load.from_tier = &answer->record;
     const bool remembered_error = !answer->value.ok();
@@ -149,7 +147,7 @@ typename LoadPipeline<Core>::End LoadPipeline<Core>::Apply(
     // The lease goes back first: the refresh asks the tier again, as one
     // that a stale hit starts does (and finds another process refreshing,
     // if one took the lease meanwhile). Kept, the refresh would wait for it.
-    FleetPath<Core>(core_).GiveBack(&stale->lease);
+    FleetPath(core_).GiveBack(&stale->lease);
     load.from_tier = &stale->record;
     return {outcomes.Complete(load, std::move(stale->stale),
                               /*loader_ran=*/false, stale->now, stale->now),
@@ -172,21 +170,21 @@ typename LoadPipeline<Core>::End LoadPipeline<Core>::Apply(
 }
 
 template <typename Core>
-std::optional<typename Core::Outcome> LoadPipeline<Core>::LoadWithSlot(
+std::optional<typename Core::Outcome> Engine<Core>::LoadPipeline::LoadWithSlot(
     Load& load, const Lease* lease) {
-  OutcomeStore<Core> outcomes(core_);
+  OutcomeStore outcomes(core_);
   if (load.slot == 0 && !load.caller_waits && load.kind == LoadKind::kRefresh) {
     // Only a refresh: skipped if no slot is free and nobody waits for it.
     load.slot = core_.slots.TryAcquire(core_.NowNanos());
     if (load.slot == 0 && outcomes.SkipRefresh(load)) {
-      FleetPath<Core>(core_).GiveBack(lease);
+      FleetPath(core_).GiveBack(lease);
       return std::nullopt;
     }
   }
   if (load.slot == 0) {
     load.slot = core_.AcquireSlot();
     if (load.slot == 0) {
-      FleetPath<Core>(core_).GiveBack(lease);
+      FleetPath(core_).GiveBack(lease);
       return outcomes.Fail(
           load, core_.lifeline->closing()
                     ? absl::CancelledError(
@@ -199,7 +197,7 @@ std::optional<typename Core::Outcome> LoadPipeline<Core>::LoadWithSlot(
 }
 
 template <typename Core>
-std::optional<typename Core::Outcome> LoadPipeline<Core>::LoadHere(
+std::optional<typename Core::Outcome> Engine<Core>::LoadPipeline::LoadHere(
     Load& load, const Lease* lease) {
   if (core_.async_loader) {
     StartAsync(load, lease);
@@ -212,36 +210,33 @@ std::optional<typename Core::Outcome> LoadPipeline<Core>::LoadHere(
   core_.recorder.LoadStarted(load.kind);
   const int64_t started =
       load.starts_at.has_value() ? *load.starts_at : core_.NowNanos();
-  absl::StatusOr<V> result = LoaderCall<Core>(core_).Call(load.key, load.hash);
+  absl::StatusOr<V> result = LoaderCall(core_).Call(load.key, load.hash);
   std::move(release_slot).Cancel();  // Finish releases it.
   return Finish(load, std::move(result), started, lease);
 }
 
 template <typename Core>
-typename Core::Outcome LoadPipeline<Core>::Finish(Load& load,
-                                                  absl::StatusOr<V> result,
-                                                  int64_t started,
-                                                  const Lease* lease,
-                                                  bool verdict) {
+typename Core::Outcome Engine<Core>::LoadPipeline::Finish(
+    Load& load, absl::StatusOr<V> result, int64_t started, const Lease* lease,
+    bool verdict) {
   const int64_t finished = core_.NowNanos();
   core_.slots.Release(std::exchange(load.slot, 0));
   core_.recorder.LoadFinished(load.kind, finished - started, result.status());
   if constexpr (Core::kShareable) {
     if (lease != nullptr) {
-      TierFill filled = FleetPath<Core>(core_).Fill(load, *lease, result,
-                                                    started, finished, verdict);
+      TierFill filled = FleetPath(core_).Fill(load, *lease, result, started,
+                                              finished, verdict);
       load.lifetime = filled.lifetime;
       load.version = std::move(filled.version);
       load.lease_lost = filled.lease_lost;
     }
   }
-  return OutcomeStore<Core>(core_).Complete(load, std::move(result),
-                                            /*loader_ran=*/true, started,
-                                            finished);
+  return OutcomeStore(core_).Complete(load, std::move(result),
+                                      /*loader_ran=*/true, started, finished);
 }
 
 template <typename Core>
-void LoadPipeline<Core>::StartAsync(Load& load, const Lease* lease) {
+void Engine<Core>::LoadPipeline::StartAsync(Load& load, const Lease* lease) {
   core_.recorder.LoadStarted(load.kind);
   const int64_t started = core_.NowNanos();
   std::shared_ptr<State> state;
@@ -271,10 +266,9 @@ void LoadPipeline<Core>::StartAsync(Load& load, const Lease* lease) {
 }
 
 template <typename Core>
-void LoadPipeline<Core>::FinishAsync(Core* core,
-                                     const std::shared_ptr<State>& state,
-                                     absl::StatusOr<V> result, bool dropped,
-                                     const absl::Status& thrown) {
+void Engine<Core>::LoadPipeline::FinishAsync(
+    Core* core, const std::shared_ptr<State>& state, absl::StatusOr<V> result,
+    bool dropped, const absl::Status& thrown) {
   std::optional<absl::StatusOr<V>> settled =
       AsyncLoads<Core>::Settle(*state, std::move(result), dropped, thrown);
   if (!settled.has_value()) return;
@@ -286,10 +280,9 @@ void LoadPipeline<Core>::FinishAsync(Core* core,
   // A dropped completion (a loader shedding work, or shutting down with
   // this process) says nothing about the key: the fleet does not remember
   // it, and another process may load the key at once.
-  LoadPipeline<Core>(*core).Finish(state->load, *std::move(settled),
-                                   state->started,
-                                   state->lease ? &*state->lease : nullptr,
-                                   /*verdict=*/!dropped);
+  LoadPipeline(*core).Finish(state->load, *std::move(settled), state->started,
+                             state->lease ? &*state->lease : nullptr,
+                             /*verdict=*/!dropped);
 }
 
 }  // namespace paddock::internal

@@ -6,29 +6,27 @@
 // into an Internal error naming it, since the call may run where nothing can
 // catch (a refresh on the executor).
 //
-// `LoaderCall<Core>` is made on the spot over a cache's internal::CacheCore.
+// `Engine<Core>::LoaderCall` is made on the spot over a cache's
+// internal::CacheCore.
 
 #ifndef PADDOCK_INTERNAL_LOADER_CALL_H_
 #define PADDOCK_INTERNAL_LOADER_CALL_H_
 
 #include <cstddef>
-#include <exception>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "paddock/completion.h"
+#include "paddock/internal/caught_error.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/load_stack.h"
 
 namespace paddock::internal {
 
 template <typename Core>
-class LoaderCall {
+class Engine<Core>::LoaderCall {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-
   explicit LoaderCall(const Core& core) : core_(core) {}
 
   // The blocking loader's answer for `key` (of `hash`). Throws only what
@@ -37,13 +35,10 @@ class LoaderCall {
     const LoadScope scope(&core_, hash, &key);
     try {
       return core_.loader(key);
-    } catch (const std::exception& e) {
-      return absl::InternalError(
-          absl::StrCat("paddock: the loader threw: ", e.what()));
     } catch (...) {
-      return absl::InternalError(
-          "paddock: the loader threw an exception that is not a "
-          "std::exception");
+      return CaughtError("paddock: the loader threw: ",
+                         "paddock: the loader threw an exception that is not a "
+                         "std::exception");
     }
   }
 
@@ -54,11 +49,9 @@ class LoaderCall {
     try {
       core_.async_loader(key, std::move(done));
       return absl::OkStatus();
-    } catch (const std::exception& e) {
-      return absl::InternalError(
-          absl::StrCat("paddock: the asynchronous loader threw: ", e.what()));
     } catch (...) {
-      return absl::InternalError(
+      return CaughtError(
+          "paddock: the asynchronous loader threw: ",
           "paddock: the asynchronous loader threw an exception that is not a "
           "std::exception");
     }

@@ -6,8 +6,8 @@
 // from a load's outcome, and what a waiter gets when its wait_timeout passes.
 // Reads entries under the caller's epoch guard; takes no lock.
 //
-// `Lookup<Core>` is made on the spot over a cache's internal::CacheCore and
-// holds nothing else; thread-safe as the core is.
+// `Engine<Core>::Lookup` is made on the spot over a cache's internal::CacheCore
+// and holds nothing else; thread-safe as the core is.
 
 #ifndef PADDOCK_INTERNAL_LOOKUP_H_
 #define PADDOCK_INTERNAL_LOOKUP_H_
@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "paddock/clock.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/policy.h"
@@ -42,13 +43,8 @@ struct Answer {
 };
 
 template <typename Core>
-class Lookup {
+class Engine<Core>::Lookup {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Entry = typename Core::Entry;
-  using Shard = typename Core::Shard;
-  using Outcome = typename Core::Outcome;
   using Answer = internal::Answer<Entry>;
 
   explicit Lookup(const Core& core) : core_(core) {}
@@ -121,8 +117,8 @@ class Lookup {
 };
 
 template <typename Core>
-typename Lookup<Core>::Answer Lookup<Core>::Examine(Entry* n,
-                                                    int64_t now) const {
+typename Engine<Core>::Lookup::Answer Engine<Core>::Lookup::Examine(
+    Entry* n, int64_t now) const {
   using Served = typename Answer::Served;
   const EntryTimes t = n->times(core_.fixed_times);
   if (n->has_value() && now < t.keep_until) {
@@ -152,7 +148,7 @@ typename Lookup<Core>::Answer Lookup<Core>::Examine(Entry* n,
 }
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> Lookup<Core>::ResultOf(
+absl::StatusOr<typename Core::Value> Engine<Core>::Lookup::ResultOf(
     const Answer& answer) {
   if (answer.served == Answer::Served::kNegative) return answer.entry->error();
   if (!answer.refresh) return answer.entry->value();
@@ -169,7 +165,7 @@ absl::StatusOr<typename Core::Value> Lookup<Core>::ResultOf(
 }
 
 template <typename Core>
-void Lookup<Core>::Record(const Answer& answer, int64_t now) const {
+void Engine<Core>::Lookup::Record(const Answer& answer, int64_t now) const {
   // `answer.entry` may be retired by now: only the answer's own copy of
   // its load time is read.
   switch (answer.served) {
@@ -191,7 +187,7 @@ void Lookup<Core>::Record(const Answer& answer, int64_t now) const {
 }
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> Lookup<Core>::Serve(
+absl::StatusOr<typename Core::Value> Engine<Core>::Lookup::Serve(
     const Outcome& outcome) const {
   if (outcome.stale) {
     core_.recorder.StaleFallback(
@@ -201,7 +197,7 @@ absl::StatusOr<typename Core::Value> Lookup<Core>::Serve(
 }
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> Lookup<Core>::TimedOut(
+absl::StatusOr<typename Core::Value> Engine<Core>::Lookup::TimedOut(
     const K& key, size_t hash, bool counted) const {
   if (counted) core_.recorder.WaitTimeout();
   std::optional<V> stale;
@@ -229,7 +225,7 @@ absl::StatusOr<typename Core::Value> Lookup<Core>::TimedOut(
 
 template <typename Core>
 template <typename Q>
-std::optional<typename Core::Value> Lookup<Core>::IfPresent(
+std::optional<typename Core::Value> Engine<Core>::Lookup::IfPresent(
     const Q& key) const {
   const size_t hash = core_.HashOf(key);
   EpochGuard guard;

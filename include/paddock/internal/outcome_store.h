@@ -13,8 +13,8 @@
 // errors stand in for it; a failed refresh never takes away the value it
 // was refreshing.
 //
-// `OutcomeStore<Core>` is made on the spot over a cache's internal::CacheCore;
-// thread-safe as the core is.
+// `Engine<Core>::OutcomeStore` is made on the spot over a cache's
+// internal::CacheCore; thread-safe as the core is.
 
 #ifndef PADDOCK_INTERNAL_OUTCOME_STORE_H_
 #define PADDOCK_INTERNAL_OUTCOME_STORE_H_
@@ -30,9 +30,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "paddock/internal/admission.h"
 #include "paddock/internal/async_waiters.h"
+#include "paddock/internal/caught_error.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/entry.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/load_state.h"
@@ -44,17 +45,8 @@
 namespace paddock::internal {
 
 template <typename Core>
-class OutcomeStore {
+class Engine<Core>::OutcomeStore {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Entry = typename Core::Entry;
-  using Shard = typename Core::Shard;
-  using Writer = typename Core::Writer;
-  using Flight = typename Core::Flight;
-  using Outcome = typename Core::Outcome;
-  using Load = internal::Load<Core>;
-
   explicit OutcomeStore(Core& core) : core_(core) {}
 
   // Ends `load` with `result` (the loader's if `loader_ran`, which ran from
@@ -124,11 +116,9 @@ class OutcomeStore {
 };
 
 template <typename Core>
-typename Core::Outcome OutcomeStore<Core>::Complete(Load& load,
-                                                    absl::StatusOr<V> result,
-                                                    bool loader_ran,
-                                                    int64_t started,
-                                                    int64_t finished) noexcept {
+typename Core::Outcome Engine<Core>::OutcomeStore::Complete(
+    Load& load, absl::StatusOr<V> result, bool loader_ran, int64_t started,
+    int64_t finished) noexcept {
   // However the load ended, a slot it still holds goes back now: one kept
   // past here would count against max_concurrent_loads until it aged out.
   core_.slots.Release(std::exchange(load.slot, 0));
@@ -162,8 +152,9 @@ typename Core::Outcome OutcomeStore<Core>::Complete(Load& load,
 }
 
 template <typename Core>
-bool OutcomeStore<Core>::Store(Load& load, Outcome& outcome, bool loader_ran,
-                               int64_t started, int64_t finished) {
+bool Engine<Core>::OutcomeStore::Store(Load& load, Outcome& outcome,
+                                       bool loader_ran, int64_t started,
+                                       int64_t finished) {
   Shard& shard = core_.ShardFor(load.hash);
   // Held from the lock-free look at the current entry to the locked check
   // that it is still current, so that an address cannot be reused between.
@@ -184,11 +175,11 @@ bool OutcomeStore<Core>::Store(Load& load, Outcome& outcome, bool loader_ran,
 }
 
 template <typename Core>
-typename OutcomeStore<Core>::Built OutcomeStore<Core>::Build(
+typename Engine<Core>::OutcomeStore::Built Engine<Core>::OutcomeStore::Build(
     const Load& load, const Outcome& outcome, const Entry* current,
     bool loader_ran, int64_t started, int64_t finished) const {
   Built built;
-  const Writes<Core> writes(core_);
+  const Writes writes(core_);
   if (load.lease_lost) {
     // Another writer won the shared tier: store nothing here either.
   } else if (outcome.value.ok()) {
@@ -236,11 +227,9 @@ typename OutcomeStore<Core>::Built OutcomeStore<Core>::Build(
 }
 
 template <typename Core>
-std::optional<bool> OutcomeStore<Core>::Commit(Load& load, Shard& shard,
-                                               Entry* current,
-                                               std::unique_ptr<Entry>& fresh,
-                                               int64_t finished,
-                                               size_t& evicted) {
+std::optional<bool> Engine<Core>::OutcomeStore::Commit(
+    Load& load, Shard& shard, Entry* current, std::unique_ptr<Entry>& fresh,
+    int64_t finished, size_t& evicted) {
   Writer w(shard);
   if (shard.Find(load.hash, load.key, core_.lookup_eq()) != current) {
     return std::nullopt;
@@ -261,14 +250,14 @@ std::optional<bool> OutcomeStore<Core>::Commit(Load& load, Shard& shard,
 }
 
 template <typename Core>
-absl::StatusOr<typename Core::Value> OutcomeStore<Core>::StorePending(
+absl::StatusOr<typename Core::Value> Engine<Core>::OutcomeStore::StorePending(
     Shard& shard, const K& key, size_t hash, PendingLoad<Flight>& pending,
     absl::StatusOr<V> result, int64_t started, int64_t finished) {
   absl::Status failure;  // Why storing failed, if it did.
   size_t evicted = 0;
   try {
     // Built before the lock, and copies V once: the caller gets `result`.
-    std::unique_ptr<Entry> fresh = Writes<Core>(core_).NewEntry(
+    std::unique_ptr<Entry> fresh = Writes(core_).NewEntry(
         key, hash, *result, finished - started, finished, std::nullopt);
     Writer w(shard);
     // No Put, Invalidate or newer load superseded this one: store.
@@ -304,7 +293,7 @@ absl::StatusOr<typename Core::Value> OutcomeStore<Core>::StorePending(
 }
 
 template <typename Core>
-void OutcomeStore<Core>::EndUnstored(Load& load) noexcept {
+void Engine<Core>::OutcomeStore::EndUnstored(Load& load) noexcept {
   if (load.pending != nullptr) {
     // Still registered, perhaps: unregistered here, so that its flight (if
     // anyone joined) is final and nobody joins it after this.
@@ -320,8 +309,8 @@ void OutcomeStore<Core>::EndUnstored(Load& load) noexcept {
 }
 
 template <typename Core>
-bool OutcomeStore<Core>::EndRefreshUnstored(const Load& load,
-                                            bool unless_joined) {
+bool Engine<Core>::OutcomeStore::EndRefreshUnstored(const Load& load,
+                                                    bool unless_joined) {
   Shard& shard = core_.ShardFor(load.hash);
   EpochGuard guard;
   Writer w(shard);
@@ -342,7 +331,7 @@ bool OutcomeStore<Core>::EndRefreshUnstored(const Load& load,
 }
 
 template <typename Core>
-bool OutcomeStore<Core>::SkipRefresh(const Load& load) noexcept {
+bool Engine<Core>::OutcomeStore::SkipRefresh(const Load& load) noexcept {
   if constexpr (!Core::kCoalesce) {
     return false;  // Its registration may be shared: it waits for a slot.
   } else {
@@ -358,8 +347,8 @@ bool OutcomeStore<Core>::SkipRefresh(const Load& load) noexcept {
 }
 
 template <typename Core>
-void OutcomeStore<Core>::Publish(Flight& flight,
-                                 const Outcome& outcome) noexcept {
+void Engine<Core>::OutcomeStore::Publish(Flight& flight,
+                                         const Outcome& outcome) noexcept {
   std::vector<std::shared_ptr<AsyncWaiterBase>> waiters;
   try {
     waiters = flight.Publish(outcome);
@@ -369,13 +358,13 @@ void OutcomeStore<Core>::Publish(Flight& flight,
   }
   if (waiters.empty()) return;
   const Outcome& published = *flight.published();
-  Waiting<Core> waiting(core_);
+  Waiting waiting(core_);
   for (const auto& waiter : waiters) waiting.Deliver(waiter, published);
 }
 
 template <typename Core>
-void OutcomeStore<Core>::PublishCopy(Flight& flight,
-                                     const absl::StatusOr<V>& result) noexcept {
+void Engine<Core>::OutcomeStore::PublishCopy(
+    Flight& flight, const absl::StatusOr<V>& result) noexcept {
   std::optional<Outcome> copy;
   try {
     copy.emplace(Outcome{result});
@@ -387,17 +376,11 @@ void OutcomeStore<Core>::PublishCopy(Flight& flight,
 }
 
 template <typename Core>
-absl::Status OutcomeStore<Core>::StoreFailure() {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("paddock: storing the loaded value failed: ", e.what()));
-  } catch (...) {
-    return absl::InternalError(
-        "paddock: storing the loaded value failed (an exception that is not "
-        "a std::exception)");
-  }
+absl::Status Engine<Core>::OutcomeStore::StoreFailure() {
+  return CaughtError(
+      "paddock: storing the loaded value failed: ",
+      "paddock: storing the loaded value failed (an exception that is not a "
+      "std::exception)");
 }
 
 }  // namespace paddock::internal

@@ -29,6 +29,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet_path.h"
 #include "paddock/internal/fleet_waits.h"
@@ -40,9 +41,6 @@
 #include "paddock/listener.h"
 
 namespace paddock::internal {
-
-template <typename Core>
-class Refresh;
 
 template <typename Core>
 class LoadTask {
@@ -135,15 +133,8 @@ class LoadTask {
 };
 
 template <typename Core>
-class Refresh {
+class Engine<Core>::Refresh {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Entry = typename Core::Entry;
-  using Shard = typename Core::Shard;
-  using Writer = typename Core::Writer;
-  using Flight = typename Core::Flight;
-  using Outcome = typename Core::Outcome;
   using Task = LoadTask<Core>;
 
   explicit Refresh(Core& core) : core_(core) {}
@@ -173,17 +164,16 @@ class Refresh {
   // it stored. Returns the load's outcome, or nullopt if it goes on
   // elsewhere (parked, or an asynchronous loader's). Throws only
   // std::bad_alloc.
-  std::optional<Outcome> Continue(Load<Core>& load, LoadEnd<V> end,
-                                  Where where);
+  std::optional<Outcome> Continue(Load& load, LoadEnd<V> end, Where where);
 
  private:
   // Parks `load` until its key changes in the tier or `park.wait` passes,
   // its next step a task that FleetWaits schedules; returns false, parking
   // nothing, if the key changed since `park.since`. Throws if it cannot park.
-  bool Park(Load<Core>& load, const ParkLoad& park);
+  bool Park(Load& load, const ParkLoad& park);
   // Starts a refresh of the entry a served stale record became, if it is
   // still that record's.
-  void RefreshStoredEntry(const Load<Core>& load, const RefreshStored& stored);
+  void RefreshStoredEntry(const Load& load, const RefreshStored& stored);
 
   Core& core_;
 };
@@ -196,14 +186,16 @@ void LoadTask<Core>::Resume(bool dropped) noexcept {
   load.caller_waits = caller_waits_;
   load.delivery = std::move(delivery_);
   if (dropped || lifeline_->closing()) {
-    OutcomeStore<Core>(*core_).Fail(
+    typename Engine<Core>::OutcomeStore(*core_).Fail(
         load, absl::CancelledError("paddock: load task dropped"));
     return;
   }
   if constexpr (Core::kShareable) {
-    LoadEnd<typename Core::Value> end = LoadPipeline<Core>(*core_).ResumeFleet(
-        load, *resume_, Where::kExecutorTask);
-    Refresh<Core>(*core_).Continue(load, std::move(end), Where::kExecutorTask);
+    LoadEnd<typename Core::Value> end =
+        typename Engine<Core>::LoadPipeline(*core_).ResumeFleet(
+            load, *resume_, Where::kExecutorTask);
+    typename Engine<Core>::Refresh(*core_).Continue(load, std::move(end),
+                                                    Where::kExecutorTask);
   }
 }
 
@@ -225,7 +217,7 @@ void LoadTask<Core>::Run(bool dropped) noexcept {
   load.caller_waits = kind_ == LoadKind::kForeground;
   load.delivery = delivery_;
   if (dropped) {
-    OutcomeStore<Core>(*core_).Fail(
+    typename Engine<Core>::OutcomeStore(*core_).Fail(
         load, absl::CancelledError("paddock: load task dropped"));
     return;
   }
@@ -235,13 +227,15 @@ void LoadTask<Core>::Run(bool dropped) noexcept {
   // (Shard::ExecutorFlight).
   if (!claimed_ && !core_->async_loader) flight->MarkOnExecutor();
   LoadEnd<typename Core::Value> end =
-      LoadPipeline<Core>(*core_).Run(load, Where::kExecutorTask);
-  Refresh<Core>(*core_).Continue(load, std::move(end), Where::kExecutorTask);
+      typename Engine<Core>::LoadPipeline(*core_).Run(load,
+                                                      Where::kExecutorTask);
+  typename Engine<Core>::Refresh(*core_).Continue(load, std::move(end),
+                                                  Where::kExecutorTask);
 }
 
 template <typename Core>
 bool LoadTask<Core>::TakeSlotOrEnd(Load<Core>& load) noexcept {
-  OutcomeStore<Core> outcomes(*core_);
+  typename Engine<Core>::OutcomeStore outcomes(*core_);
   if (kind_ == LoadKind::kRefresh && load.slot != 0) {
     // Its slot was reserved when it was queued; a load that needed one may
     // have taken it since. Skipped if none is free (it is only a refresh)
@@ -271,8 +265,8 @@ bool LoadTask<Core>::TakeSlotOrEnd(Load<Core>& load) noexcept {
 }
 
 template <typename Core>
-void Refresh<Core>::Prepare(Shard& shard, const K& key, size_t hash,
-                            const Entry* n, std::optional<Task>& task) {
+void Engine<Core>::Refresh::Prepare(Shard& shard, const K& key, size_t hash,
+                                    const Entry* n, std::optional<Task>& task) {
   // Built before the lock (it copies the key); inert until given a flight.
   // If anything here throws, the entry must stay refreshable.
   absl::Cleanup refreshable = [n] {
@@ -319,9 +313,8 @@ void Refresh<Core>::Prepare(Shard& shard, const K& key, size_t hash,
 }
 
 template <typename Core>
-std::optional<typename Core::Outcome> Refresh<Core>::Continue(Load<Core>& load,
-                                                              LoadEnd<V> end,
-                                                              Where where) {
+std::optional<typename Core::Outcome> Engine<Core>::Refresh::Continue(
+    Load& load, LoadEnd<V> end, Where where) {
   for (;;) {
     if (auto* stored = std::get_if<RefreshStored>(&end.follow_up)) {
       RefreshStoredEntry(load, *stored);
@@ -335,13 +328,13 @@ std::optional<typename Core::Outcome> Refresh<Core>::Continue(Load<Core>& load,
         // The key changed since the lookup: ask again now.
       } catch (...) {
         // Could not park (out of memory, no timer thread): wait here.
-        if (!FleetPath<Core>(core_).AwaitChange(park->progress, park->wait)) {
-          end = LoadPipeline<Core>(core_).LoadAlone(load);
+        if (!FleetPath(core_).AwaitChange(park->progress, park->wait)) {
+          end = LoadPipeline(core_).LoadAlone(load);
           continue;
         }
       }
       FleetProgress progress = std::move(park->progress);
-      end = LoadPipeline<Core>(core_).ResumeFleet(load, progress, where);
+      end = LoadPipeline(core_).ResumeFleet(load, progress, where);
     } else {
       return std::move(end.outcome);
     }
@@ -349,7 +342,7 @@ std::optional<typename Core::Outcome> Refresh<Core>::Continue(Load<Core>& load,
 }
 
 template <typename Core>
-bool Refresh<Core>::Park(Load<Core>& load, const ParkLoad& park) {
+bool Engine<Core>::Refresh::Park(Load& load, const ParkLoad& park) {
   auto next = std::make_unique<Task>(&core_, load.key, load.hash, load.kind);
   next->ContinueAfterPark(load, park.progress);
   Task* const unparked = next.get();
@@ -359,7 +352,7 @@ bool Refresh<Core>::Park(Load<Core>& load, const ParkLoad& park) {
     // step runs on the executor. A cache being destroyed gets nothing:
     // `next` then ends touching nothing of it.
     const Lifeline::Pass pass = lifeline->Enter();
-    if (pass) Refresh<Core>(*core).Schedule(std::move(*next));
+    if (pass) Refresh(*core).Schedule(std::move(*next));
   };
   const auto at =
       std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(park.wait);
@@ -377,8 +370,8 @@ bool Refresh<Core>::Park(Load<Core>& load, const ParkLoad& park) {
 }
 
 template <typename Core>
-void Refresh<Core>::RefreshStoredEntry(const Load<Core>& load,
-                                       const RefreshStored& stored) {
+void Engine<Core>::Refresh::RefreshStoredEntry(const Load& load,
+                                               const RefreshStored& stored) {
   // Stored now, unless a write superseded it: refresh that very entry.
   if (core_.lifeline->closing()) return;
   std::optional<Task> refresh;

@@ -129,9 +129,8 @@ class alignas(64) Shard {
   std::shared_ptr<Flight> LiveFlight(const K& key, size_t hash, int64_t now,
                                      int64_t max_age)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Registered* r = in_flight_.Find(key, hash);
-    if (r == nullptr || !Live(*r, now, max_age)) return nullptr;
-    return FlightToJoin(*r, key, hash);
+    return IfLive(key, hash, now, max_age,
+                  [&](Registered& r) { return FlightToJoin(r, key, hash); });
   }
 
   // LiveFlight, and if it finds none, RegisterPending in the same probe of
@@ -176,9 +175,8 @@ class alignas(64) Shard {
   // key), leaving the shard unchanged.
   std::shared_ptr<Flight> JoinRunners(const K& key, size_t hash, int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Registered* r = in_flight_.Find(key, hash);
-    if (r == nullptr || !Live(*r, now, kNoMaxAge)) return nullptr;
-    return RunnerFlight(*r, key, hash);
+    return IfLive(key, hash, now, kNoMaxAge,
+                  [&](Registered& r) { return RunnerFlight(r, key, hash); });
   }
 
   // JoinRunners, and if it finds no registration, registers `pending` in the
@@ -365,6 +363,16 @@ class alignas(64) Shard {
                                            Flight::State::kRunning);
     }
     return p->flight;
+  }
+  // `on_live(registration)` of `key`'s live registration (see Live), or
+  // nullptr if it has none.
+  template <typename OnLive>
+  std::shared_ptr<Flight> IfLive(const K& key, size_t hash, int64_t now,
+                                 int64_t max_age, const OnLive& on_live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Registered* r = in_flight_.Find(key, hash);
+    if (r == nullptr || !Live(*r, now, max_age)) return nullptr;
+    return on_live(*r);
   }
   // Registers `pending` for `key` in one probe of the in-flight set and
   // returns nullptr, unless a live registration (see Live) is there: then

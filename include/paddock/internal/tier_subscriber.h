@@ -25,6 +25,7 @@ template <typename Core>
 class TierSubscriber final : public SharedTier::Subscriber {
  public:
   using K = typename Core::Key;
+  using Writes = typename Engine<Core>::Writes;
 
   explicit TierSubscriber(Core* core) : core_(core) {}
 
@@ -32,12 +33,12 @@ class TierSubscriber final : public SharedTier::Subscriber {
     try {
       if constexpr (Decodable<K>) {
         if (absl::StatusOr<K> key = Codec<K>::Decode(key_bytes); key.ok()) {
-          Writes<Core>(*core_).InvalidateLocally(*key, core_->HashOf(*key));
+          Writes(*core_).InvalidateLocally(*key, core_->HashOf(*key));
           return;
         }
       }
       // A key this cache cannot read back: drop every copy, to be safe.
-      Writes<Core>(*core_).InvalidateAllLocally();
+      Writes(*core_).InvalidateAllLocally();
     } catch (...) {
       // Out of memory, or the key's codec threw: drop every copy, to be
       // safe.
@@ -49,7 +50,7 @@ class TierSubscriber final : public SharedTier::Subscriber {
     // Fills may have been missed too: every parked load asks again.
     FleetWaits::Process().NotifyAll(core_->tier);
     try {
-      Writes<Core>(*core_).InvalidateAllLocally();
+      Writes(*core_).InvalidateAllLocally();
     } catch (...) {
       // Out of memory listing the entries: they expire on their own.
     }

@@ -5,8 +5,8 @@
 // completed once, by the load's outcome (Deliver), its wait_timeout (the
 // timer thread of internal/async_waiters.h) or the cache's destructor.
 //
-// `Waiting<Core>` is made on the spot over a cache's internal::CacheCore;
-// thread-safe as the core is.
+// `Engine<Core>::Waiting` is made on the spot over a cache's
+// internal::CacheCore; thread-safe as the core is.
 
 #ifndef PADDOCK_INTERNAL_WAITING_H_
 #define PADDOCK_INTERNAL_WAITING_H_
@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "paddock/internal/async_waiters.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/lifeline.h"
 #include "paddock/internal/lookup.h"
 #include "paddock/internal/time_math.h"
@@ -76,7 +77,8 @@ class AsyncWaiter final : public AsyncWaiterBase {
     if (!pass) return false;  // ~Cache cancels it, on its own thread.
     absl::StatusOr<V> result = absl::InternalError("paddock: timed out");
     try {
-      result = Lookup<Core>(*core_).TimedOut(key_, hash_, joined_);
+      result =
+          typename Engine<Core>::Lookup(*core_).TimedOut(key_, hash_, joined_);
     } catch (...) {
       // A copy of V threw: the caller gets the timeout's Internal error.
     }
@@ -98,13 +100,8 @@ class AsyncWaiter final : public AsyncWaiterBase {
 };
 
 template <typename Core>
-class Waiting {
+class Engine<Core>::Waiting {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Flight = typename Core::Flight;
-  using Outcome = typename Core::Outcome;
-  using Callback = typename Core::Callback;
   using Waiter = AsyncWaiter<Core>;
 
   explicit Waiting(Core& core) : core_(core) {}
@@ -116,9 +113,9 @@ class Waiting {
                          size_t hash, bool counted = true) {
     if (const Outcome* outcome = flight->WaitFor(core_.options.wait_timeout);
         outcome != nullptr) {
-      return Lookup<Core>(core_).Serve(*outcome);
+      return Lookup(core_).Serve(*outcome);
     }
-    return Lookup<Core>(core_).TimedOut(key, hash, counted);
+    return Lookup(core_).TimedOut(key, hash, counted);
   }
 
   // Makes `waiter` (it copies `key`) and enlists it on `rendezvous`, with a
@@ -141,7 +138,7 @@ class Waiting {
       // Never waits: the answer a timeout gives, now. (The load, if this
       // caller started one, still runs and stores.)
       waiter->Claim();
-      waiter->Run(Lookup<Core>(core_).TimedOut(waiter->key(), hash, joined));
+      waiter->Run(Lookup(core_).TimedOut(waiter->key(), hash, joined));
       return;
     }
     try {
@@ -149,7 +146,7 @@ class Waiting {
     } catch (...) {
       // No timer thread: this caller gets the timeout's answer at once.
       waiter->Claim();
-      waiter->Run(Lookup<Core>(core_).TimedOut(waiter->key(), hash, joined));
+      waiter->Run(Lookup(core_).TimedOut(waiter->key(), hash, joined));
     }
     bool added = true;
     try {
@@ -179,7 +176,7 @@ class Waiting {
     absl::StatusOr<V> result = absl::InternalError(
         "paddock: copying the loaded value for a waiter failed");
     try {
-      result = Lookup<Core>(core_).Serve(outcome);
+      result = Lookup(core_).Serve(outcome);
     } catch (...) {
       // A copy of V threw: this waiter gets the Internal error.
     }

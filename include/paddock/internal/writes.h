@@ -6,8 +6,8 @@
 // processes agree on what is fresh), a Put, and the invalidation of one key or
 // of everything, here only (the shared tier's half is the fleet path's).
 //
-// `Writes<Core>` is made on the spot over a cache's internal::CacheCore and
-// holds nothing else; thread-safe as the core is.
+// `Engine<Core>::Writes` is made on the spot over a cache's internal::CacheCore
+// and holds nothing else; thread-safe as the core is.
 
 #ifndef PADDOCK_INTERNAL_WRITES_H_
 #define PADDOCK_INTERNAL_WRITES_H_
@@ -22,6 +22,7 @@
 
 #include "absl/time/time.h"
 #include "paddock/codec.h"
+#include "paddock/internal/engine.h"
 #include "paddock/internal/epoch.h"
 #include "paddock/internal/fleet.h"
 #include "paddock/internal/time_math.h"
@@ -39,14 +40,8 @@ struct PutPlan {
 };
 
 template <typename Core>
-class Writes {
+class Engine<Core>::Writes {
  public:
-  using K = typename Core::Key;
-  using V = typename Core::Value;
-  using Entry = typename Core::Entry;
-  using Shard = typename Core::Shard;
-  using Writer = typename Core::Writer;
-
   explicit Writes(Core& core) : core_(core) {}
 
   // An entry for `value`, loaded at `now` in `load_duration`, with the
