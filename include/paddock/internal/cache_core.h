@@ -72,7 +72,7 @@ namespace paddock::internal {
 // `given` when it is a `Lookup` already, else a stateless `Lookup` standing in
 // for it (a transparent hash or equality in place of the default one).
 template <typename Lookup, typename Given>
-ABSL_ATTRIBUTE_ALWAYS_INLINE const Lookup& GivenOrStateless(
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline const Lookup& GivenOrStateless(
     const Given& given) {
   if constexpr (std::is_same_v<Lookup, Given>) {
     return given;
