@@ -56,11 +56,11 @@ TEST_F(AsyncLoadTest, TheStateTakesTheLoadItsSlotLastAndItsOwnKey) {
   Make([](const std::string&, Completion<std::string>) {});
   Load<Core> from{key_, 7, nullptr, LoadKind::kRefresh};
   from.slot = 3;
-  from.caller_waits = true;
+  from.awaited = Awaited::kByCaller;
   State state(*core_, from, nullptr, 100);
   EXPECT_EQ(from.slot, 0u);
   EXPECT_EQ(state.load.slot, 3u);
-  EXPECT_TRUE(state.load.caller_waits);
+  EXPECT_EQ(state.load.awaited, Awaited::kByCaller);
   EXPECT_EQ(state.load.kind, LoadKind::kRefresh);
   EXPECT_EQ(&state.load.key, &state.key);  // Not the caller's.
   EXPECT_EQ(state.started, 100);

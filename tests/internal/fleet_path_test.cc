@@ -64,7 +64,7 @@ class Fixture {
   }
   Load<Core> LoadFor(bool caller_waits = true) {
     Load<Core> load{key_, kHash, nullptr, LoadKind::kForeground};
-    load.caller_waits = caller_waits;
+    load.awaited = caller_waits ? Awaited::kByCaller : Awaited::kByNobody;
     return load;
   }
   typename Engine<Core>::FleetPath::Verdict Ask(

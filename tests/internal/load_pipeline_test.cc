@@ -66,7 +66,8 @@ class Harness {
     typename Core::Writer w(shard);
     shard.Register(w, key_, hash_, flight_);
     Load<Core> load{key_, hash_, flight_, kind};
-    load.caller_waits = kind == LoadKind::kForeground;
+    load.awaited =
+        kind == LoadKind::kForeground ? Awaited::kByCaller : Awaited::kByNobody;
     return load;
   }
   std::optional<std::string> Stored() {

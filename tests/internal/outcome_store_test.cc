@@ -165,7 +165,7 @@ TEST_F(OutcomeStoreTest, AFailedRefreshKeepsTheValueItWasRefreshing) {
 TEST_F(OutcomeStoreTest, AFillThatLostTheTiersLeaseStoresNothing) {
   Make();
   Load<Core> load = Register();
-  load.lease_lost = true;
+  load.filled.lease_lost = true;
   EXPECT_EQ(Complete(load, std::string("v")).value.value(), "v");
   EXPECT_EQ(Stored(), std::nullopt);
 }

@@ -51,8 +51,7 @@ struct AsyncLoadState {
     // first, it went down with this half-made object, held until
     // max_load_age).
     load.slot = std::exchange(from.slot, 0);
-    load.caller_waits = from.caller_waits;
-    load.stale_until_keep = from.stale_until_keep;
+    load.awaited = from.awaited;
     load.delivery = from.delivery;
   }
 

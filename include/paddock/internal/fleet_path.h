@@ -187,8 +187,8 @@ std::optional<FleetProgress> Engine<Core>::FleetPath::Begin(
     core_.recorder.SharedError();
     return std::nullopt;
   }
-  progress.budget = load.caller_waits ? core_.options.wait_timeout
-                                      : core_.options.max_load_age;
+  progress.budget = load.caller_waits() ? core_.options.wait_timeout
+                                        : core_.options.max_load_age;
   progress.deadline = IsForever(progress.budget)
                           ? std::chrono::steady_clock::time_point::max()
                           : std::chrono::steady_clock::now() +
@@ -231,7 +231,7 @@ typename Engine<Core>::FleetPath::Verdict Engine<Core>::FleetPath::Ask(
         progress.have_version = lookup->record->version;
         continue;
       }
-      if (!held_elsewhere || (load.caller_waits && value->ok() &&
+      if (!held_elsewhere || (load.caller_waits() && value->ok() &&
                               ServesStale(*lookup->record, now))) {
         core_.recorder.SharedHit();
         return TierAnswer<V>{*std::move(value), *std::move(lookup->record),
@@ -276,7 +276,7 @@ typename Engine<Core>::FleetPath::Verdict Engine<Core>::FleetPath::OnGranted(
   // A stale record the policy serves while one refresh runs (SoftTtl within
   // stale_for): this caller gets it at once, as the callers of processes
   // that hold a copy do, and the refresh runs behind it.
-  if (load.caller_waits && record.version != progress.have_version &&
+  if (load.caller_waits() && record.version != progress.have_version &&
       ServesStale(record, now)) {
     std::optional<absl::StatusOr<V>> stale = Decode(record);
     if (stale.has_value()) {
@@ -307,12 +307,12 @@ Engine<Core>::FleetPath::WaitOrGiveUp(Load& load, const FleetProgress& progress,
   }
   const auto steady_now = std::chrono::steady_clock::now();
   if (steady_now >= progress.deadline) {
-    if (load.caller_waits) core_.recorder.WaitTimeout();
+    if (load.caller_waits()) core_.recorder.WaitTimeout();
     return GiveUp{absl::DeadlineExceededError(absl::StrCat(
                       "paddock: another process holds the shared tier's "
                       "lease on this key and did not fill it within ",
                       absl::FormatDuration(progress.budget))),
-                  /*stale_until_keep=*/load.caller_waits, now};
+                  /*stale_until_keep=*/load.caller_waits(), now};
   }
   // No load slot is held while another process loads (a refresh's
   // reservation goes back too): one is taken if this process is to load

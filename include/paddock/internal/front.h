@@ -238,7 +238,7 @@ void Engine<Core>::Front::StartAsyncLead(const K& key, size_t hash,
                                          bool start_here) {
   if (start_here) {
     Load load{key, hash, flight, LoadKind::kForeground};
-    load.caller_waits = true;
+    load.awaited = Awaited::kByCaller;
     load.delivery = std::move(delivery);
     LoadPipeline(core_).StartAsync(load, nullptr);
     return;

@@ -143,7 +143,7 @@ absl::StatusOr<typename Core::Value> Engine<Core>::Leading::LeadMiss(
 
 template <typename Core>
 absl::StatusOr<typename Core::Value> Engine<Core>::Leading::Lead(Load load) {
-  load.caller_waits = true;
+  load.awaited = Awaited::kByCaller;
   // With a shared tier the slot is taken once the loader is to run, never
   // for a wait for another process (the pipeline's LoadWithSlot).
   if (load.slot == 0 && !core_.fleet()) {
@@ -182,7 +182,7 @@ absl::StatusOr<typename Core::Value> Engine<Core>::Leading::LeadPending(
   if (!result.ok()) {
     // Negative caching, stale stand-ins: the general way.
     Load load{key, hash, nullptr, LoadKind::kForeground};
-    load.caller_waits = true;
+    load.awaited = Awaited::kByCaller;
     load.pending = &pending;
     return Lookup(core_).Serve(OutcomeStore(core_).Complete(
         load, std::move(result), /*loader_ran=*/true, started, finished));

@@ -161,7 +161,9 @@ typename Engine<Core>::LoadPipeline::End Engine<Core>::LoadPipeline::Apply(
             ParkLoad{std::move(progress), park->since, park->wait}};
   }
   if (auto* give_up = std::get_if<GiveUp>(&verdict)) {
-    load.stale_until_keep = give_up->stale_until_keep;
+    if (give_up->stale_until_keep) {
+      load.awaited = Awaited::kByCallerPastItsWait;
+    }
     return {outcomes.Complete(load, std::move(give_up->error),
                               /*loader_ran=*/false, give_up->now,
                               give_up->now)};
@@ -173,7 +175,8 @@ template <typename Core>
 std::optional<typename Core::Outcome> Engine<Core>::LoadPipeline::LoadWithSlot(
     Load& load, const Lease* lease) {
   OutcomeStore outcomes(core_);
-  if (load.slot == 0 && !load.caller_waits && load.kind == LoadKind::kRefresh) {
+  if (load.slot == 0 && !load.caller_waits() &&
+      load.kind == LoadKind::kRefresh) {
     // Only a refresh: skipped if no slot is free and nobody waits for it.
     load.slot = core_.slots.TryAcquire(core_.NowNanos());
     if (load.slot == 0 && outcomes.SkipRefresh(load)) {
@@ -224,11 +227,8 @@ typename Core::Outcome Engine<Core>::LoadPipeline::Finish(
   core_.recorder.LoadFinished(load.kind, finished - started, result.status());
   if constexpr (Core::kShareable) {
     if (lease != nullptr) {
-      TierFill filled = FleetPath(core_).Fill(load, *lease, result, started,
-                                              finished, verdict);
-      load.lifetime = filled.lifetime;
-      load.version = std::move(filled.version);
-      load.lease_lost = filled.lease_lost;
+      load.filled = FleetPath(core_).Fill(load, *lease, result, started,
+                                          finished, verdict);
     }
   }
   return OutcomeStore(core_).Complete(load, std::move(result),

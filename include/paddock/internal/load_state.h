@@ -40,6 +40,25 @@ struct Outcome {
 // wait and gives the thread back, internal/fleet_waits.h).
 enum class Where : uint8_t { kCallerThread, kExecutorTask };
 
+// What filling the tier with a load's result leaves for storing it here.
+struct TierFill {
+  std::optional<Lifetime> lifetime;  // The schedule written, if a value.
+  std::string version;               // The filled record's, if filled.
+  bool lease_lost = false;           // Another writer won: store nothing.
+};
+
+// Who waits for a load's outcome. It decides how long a wait for another
+// process's fill may last and what a failure falls back to.
+enum class Awaited : uint8_t {
+  kByNobody,  // A background refresh.
+  // A caller: a failure falls back to a value the policy serves on errors.
+  kByCaller,
+  // A caller whose wait for another process's fill ran out: a failure falls
+  // back to any value the policy still keeps, as for a timed-out wait on
+  // this process's own load.
+  kByCallerPastItsWait,
+};
+
 // One load of one key, from its registration to its completion: the key, its
 // flight (registered in the key's shard), why it runs and the load slot it
 // holds (0: none yet). `Core` is the cache's internal::CacheCore.
@@ -52,16 +71,11 @@ struct Load {
   std::shared_ptr<Flight> flight;
   LoadKind kind;
   LoadSlots::Ticket slot = 0;
-  // A caller waits for this outcome (not a background refresh).
-  bool caller_waits = false;
-  // What the shared-tier path learned, for storing the outcome:
-  const SharedRecord* from_tier = nullptr;  // The value came from here.
-  std::optional<Lifetime> lifetime = {};    // The schedule written to the tier.
-  std::string version = {};                 // The tier's name for the value.
-  bool lease_lost = false;  // The fill lost its lease: store none.
-  // On failure, stand in with a value the policy still keeps (as for a
-  // caller whose wait timed out), not only one it serves on errors.
-  bool stale_until_keep = false;
+  Awaited awaited = Awaited::kByNobody;
+  // What the shared-tier path learned, for storing the outcome: the record
+  // the value came from, or what filling the tier with it left.
+  const SharedRecord* from_tier = nullptr;
+  TierFill filled = {};
   // An uncoalesced load's own rendezvous with its caller (its registered
   // flight is shared with the key's other loads).
   std::shared_ptr<Flight> delivery = nullptr;
@@ -71,6 +85,8 @@ struct Load {
   // Instead of `flight`: a foreground load registered without one, which
   // the first caller to join makes (internal/shard.h).
   PendingLoad<Flight>* pending = nullptr;
+
+  bool caller_waits() const { return awaited != Awaited::kByNobody; }
 
   // The flight this load publishes to: its own, or its pending load's if
   // anyone joined (else null).
@@ -97,13 +113,6 @@ struct FleetProgress {
   std::chrono::steady_clock::time_point deadline;
   bool waited = false;  // Counted in lease_waits already.
   bool asked_past_bad_record = false;
-};
-
-// What filling the tier with a load's result leaves for storing it here.
-struct TierFill {
-  std::optional<Lifetime> lifetime;  // The schedule written, if a value.
-  std::string version;               // The filled record's, if filled.
-  bool lease_lost = false;           // Another writer won: store nothing.
 };
 
 }  // namespace paddock::internal

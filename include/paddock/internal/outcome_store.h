@@ -180,7 +180,7 @@ typename Engine<Core>::OutcomeStore::Built Engine<Core>::OutcomeStore::Build(
     bool loader_ran, int64_t started, int64_t finished) const {
   Built built;
   const Writes writes(core_);
-  if (load.lease_lost) {
+  if (load.filled.lease_lost) {
     // Another writer won the shared tier: store nothing here either.
   } else if (outcome.value.ok()) {
     built.fresh =
@@ -188,17 +188,18 @@ typename Engine<Core>::OutcomeStore::Built Engine<Core>::OutcomeStore::Build(
             ? writes.EntryFromTier(load.key, load.hash, *outcome.value,
                                    *load.from_tier, finished)
             : writes.NewEntry(load.key, load.hash, *outcome.value,
-                              finished - started, finished, load.lifetime);
-    if (!load.version.empty()) {
+                              finished - started, finished,
+                              load.filled.lifetime);
+    if (!load.filled.version.empty()) {
       built.fresh->mutable_extras(core_.fixed_times).shared_version =
-          load.version;
+          load.filled.version;
     }
   } else {
     const bool has_value = current != nullptr && current->has_value();
     // Callers of this load get the stale value instead of the error.
     const bool stand_in =
         has_value &&
-        finished < (load.stale_until_keep
+        finished < (load.awaited == Awaited::kByCallerPastItsWait
                         ? current->keep_until(core_.fixed_times)
                         : current->stale_if_error_until(core_.fixed_times));
     // A failed refresh never takes away the value it was refreshing.

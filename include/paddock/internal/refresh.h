@@ -83,7 +83,7 @@ class LoadTask {
     resume_.emplace(std::move(progress));
     flight_ = load.flight;
     delivery_ = load.delivery;
-    caller_waits_ = load.caller_waits;
+    awaited_ = load.awaited;
   }
 
   // Forgets the load: destroying the task then does nothing (the load goes
@@ -129,7 +129,7 @@ class LoadTask {
   std::shared_ptr<Flight> delivery_;
   // Set for the next step of a parked load (Resume).
   std::optional<FleetProgress> resume_;
-  bool caller_waits_ = false;
+  Awaited awaited_ = Awaited::kByNobody;
 };
 
 template <typename Core>
@@ -183,7 +183,7 @@ void LoadTask<Core>::Resume(bool dropped) noexcept {
   const Lifeline::Pass pass = lifeline_->Enter();
   Load<Core> load{key_, hash_, std::move(flight_), kind_};
   if (!pass) return;
-  load.caller_waits = caller_waits_;
+  load.awaited = awaited_;
   load.delivery = std::move(delivery_);
   if (dropped || lifeline_->closing()) {
     typename Engine<Core>::OutcomeStore(*core_).Fail(
@@ -214,7 +214,8 @@ void LoadTask<Core>::Run(bool dropped) noexcept {
   // A caller that needed the value ran it already.
   if (!claimed_ && !flight->TryClaim(core_->NowNanos())) return;
   Load<Core> load{key_, hash_, flight, kind_, claimed_ ? 0 : flight->slot()};
-  load.caller_waits = kind_ == LoadKind::kForeground;
+  load.awaited =
+      kind_ == LoadKind::kForeground ? Awaited::kByCaller : Awaited::kByNobody;
   load.delivery = delivery_;
   if (dropped) {
     typename Engine<Core>::OutcomeStore(*core_).Fail(
