@@ -49,6 +49,17 @@ struct RedisOptions {
   // for TCP.
   std::string address = "127.0.0.1:6379";
 
+  // Who the tier is to Redis. With a `password`, every connection the tier
+  // opens (the pool's, the change subscription's, reconnects) sends
+  // `AUTH <username> <password>` (an ACL user, Redis 6 or later), or
+  // `AUTH <password>` when `username` is empty (the default user, as with
+  // `requirepass`), before any other command. An empty `password` sends no
+  // AUTH; a `username` needs a password (a `nopass` user takes any). The
+  // password never appears in a status, a log line, stats or metrics.
+  // docs/fleet.md ("Deploying") lists the smallest ACL the tier works with.
+  std::string username;
+  std::string password;
+
   // Starts every key and the change channel: the namespace of one kind of
   // value. Put the version of your value encoding in it ("svc:v1:") so that
   // processes running different encodings never read each other's values.
@@ -101,8 +112,8 @@ struct RedisOptions {
   // RedisOptions::Validate()
   //
   // Returns `absl::InvalidArgumentError` naming the first bad field (an
-  // address that does not parse, a prefix with a brace, a duration <= 0, a
-  // size < 1), else OK.
+  // address that does not parse, a prefix with a brace, a username without
+  // a password, a duration <= 0, a size < 1), else OK.
   absl::Status Validate() const;
 };
 
@@ -148,6 +159,8 @@ struct RedisTierStats {
 // it says otherwise, never throws (but Subscribe, see `SharedTier`), and
 // maps failures as `SharedTier` says: `absl::UnavailableError`
 // (unreachable, connection lost, server busy, breaker open),
+// `absl::UnauthenticatedError` / `absl::PermissionDeniedError` (a password
+// or an ACL changed on the server since Connect),
 // `absl::DeadlineExceededError` (no reply within `io_timeout`),
 // `absl::DataLossError` (a reply it cannot parse),
 // `absl::ResourceExhaustedError` (out of memory; a lease it may have been
@@ -163,12 +176,19 @@ class RedisTier final : public SharedTier {
  public:
   // RedisTier::Connect()
   //
-  // Validates `options`, connects to Redis, loads the scripts and subscribes
-  // to the change channel. Returns `absl::InvalidArgumentError` for bad
-  // options (a malformed address), `absl::UnavailableError` naming the
-  // address and the reason when Redis cannot be reached, or
-  // `absl::DeadlineExceededError` when it does not answer in time. Blocks for
-  // about `connect_timeout` plus a few `io_timeout`s at most.
+  // Validates `options`, connects to Redis (authenticating when
+  // `options.password` is set), loads the scripts, checks that the user's
+  // ACL allows every command, key and channel the tier uses, and subscribes
+  // to the change channel. Returns:
+  // - `absl::InvalidArgumentError` for bad options (a malformed address);
+  // - `absl::UnauthenticatedError` when Redis refuses the user or password,
+  //   or wants a password and none is set;
+  // - `absl::PermissionDeniedError` naming what the ACL forbids (a command,
+  //   or a command on the tier's keys or channel);
+  // - `absl::UnavailableError` naming the address and the reason when Redis
+  //   cannot be reached, or `absl::DeadlineExceededError` when it does not
+  //   answer in time.
+  // Blocks for about `connect_timeout` plus a few `io_timeout`s at most.
   static absl::StatusOr<std::shared_ptr<RedisTier>> Connect(
       const RedisOptions& options);
 
@@ -271,7 +291,8 @@ class RedisTier final : public SharedTier {
 
   // RedisTier::options()
   //
-  // The options the tier was connected with.
+  // The options the tier was connected with, the password included: print
+  // them with care.
   const RedisOptions& options() const;
 
  private:

@@ -216,7 +216,7 @@ absl::Status ChangeFeed::Start() {
 absl::StatusOr<std::unique_ptr<RedisConnection>>
 ChangeFeed::Loop::OpenSubscribed() {
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
-      RedisConnection::Open(config_.address, config_.connect_timeout);
+      RedisConnection::Open(config_.endpoint, config_.connect_timeout);
   if (!connection.ok()) return connection.status();
   const std::string_view args[] = {"SUBSCRIBE", config_.channel};
   absl::StatusOr<RedisReplyPtr> reply =
@@ -225,8 +225,10 @@ ChangeFeed::Loop::OpenSubscribed() {
   const redisReply& r = **reply;
   if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 ||
       !IsString(r.element[0], "subscribe")) {
-    return absl::UnavailableError(
-        absl::StrCat("paddock::RedisTier: ", config_.address.text,
+    // A NOPERM (the ACL forbids the channel) is PermissionDenied.
+    return absl::Status(
+        ErrorReplyCode(r),
+        absl::StrCat("paddock::RedisTier: ", config_.endpoint.address.text,
                      ": SUBSCRIBE ", config_.channel, " was refused",
                      r.type == REDIS_REPLY_ERROR
                          ? absl::StrCat(": ", absl::string_view(r.str, r.len))

@@ -19,14 +19,14 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "redis/address.h"
+#include "redis/endpoint.h"
 #include "redis/change_log.h"
 #include "redis/subscriber_hub.h"
 
 namespace paddock::internal {
 
 struct ChangeFeedConfig {
-  RedisAddress address;
+  RedisEndpoint endpoint;
   std::string channel;
   absl::Duration connect_timeout;
   absl::Duration io_timeout;

@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(
   std::unique_ptr<RedisClient> client(new RedisClient(std::move(config)));
   const RedisClientConfig& c = client->config_;
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
-      RedisConnection::Open(c.address, c.connect_timeout);
+      RedisConnection::Open(c.endpoint, c.connect_timeout);
   if (!connection.ok()) return connection.status();
   for (int i = 0; i < kScriptCount; ++i) {
     absl::Status loaded = client->LoadScript(
@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(
 
 RedisClient::RedisClient(RedisClientConfig config)
     : config_(std::move(config)),
-      pool_(config_.address, config_.pool_size, config_.connect_timeout),
+      pool_(config_.endpoint, config_.pool_size, config_.connect_timeout),
       breaker_(config_.breaker_failures, config_.breaker_cooldown,
                SystemClock::Get()) {}
 
@@ -50,15 +50,18 @@ absl::Status RedisClient::LoadScript(RedisConnection& connection, Script script,
   if (!reply.ok()) return reply.status();
   const redisReply& r = **reply;
   if (r.type == REDIS_REPLY_ERROR) {
-    return absl::UnavailableError(
-        absl::StrCat("paddock::RedisTier: ", config_.address.text,
+    // NOAUTH (a password is needed) and NOPERM (the ACL forbids SCRIPT
+    // LOAD) keep their codes: Connect's caller is to fix its options.
+    return absl::Status(
+        ErrorReplyCode(r),
+        absl::StrCat("paddock::RedisTier: ", config_.endpoint.address.text,
                      ": SCRIPT LOAD of the ", ScriptName(script),
                      " script failed: ", absl::string_view(r.str, r.len)));
   }
   if (r.type != REDIS_REPLY_STRING || r.len != 40) {
     CountBadReply();
     return absl::DataLossError(
-        absl::StrCat("paddock::RedisTier: ", config_.address.text,
+        absl::StrCat("paddock::RedisTier: ", config_.endpoint.address.text,
                      ": SCRIPT LOAD did not return a SHA1 for the ",
                      ScriptName(script), " script"));
   }
@@ -69,7 +72,7 @@ absl::Status RedisClient::LoadScript(RedisConnection& connection, Script script,
   } else if (known != sha) {
     CountBadReply();
     return absl::DataLossError(
-        absl::StrCat("paddock::RedisTier: ", config_.address.text, ": the ",
+        absl::StrCat("paddock::RedisTier: ", config_.endpoint.address.text, ": the ",
                      ScriptName(script), " script loaded under another SHA1"));
   }
   return absl::OkStatus();
@@ -140,7 +143,7 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Settle(
       outcome = CircuitBreaker::Outcome::kFailure;
     }
     wrong_server = IsWrongServerReply(**reply);
-    reply = RedisErrorReply(config_.address, **reply);
+    reply = RedisErrorReply(config_.endpoint.address, **reply);
   }
   const bool transport_failed = connection->broken();
   if (maybe_ran != nullptr) *maybe_ran = transport_failed && !reply.ok();
@@ -168,7 +171,7 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
   const CircuitBreaker::Ticket ticket = breaker_.Admit();
   if (!ticket.admitted) {
     return absl::UnavailableError(absl::StrCat(
-        "paddock::RedisTier: ", config_.address.text,
+        "paddock::RedisTier: ", config_.endpoint.address.text,
         ": circuit breaker open after ", config_.breaker_failures,
         " consecutive failures; calls resume once a probe succeeds (every ",
         absl::FormatDuration(config_.breaker_cooldown), ")"));

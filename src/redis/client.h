@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "redis/address.h"
+#include "redis/endpoint.h"
 #include "redis/circuit_breaker.h"
 #include "redis/connection.h"
 #include "redis/connection_pool.h"
@@ -29,7 +30,7 @@
 namespace paddock::internal {
 
 struct RedisClientConfig {
-  RedisAddress address;
+  RedisEndpoint endpoint;
   absl::Duration io_timeout;
   absl::Duration connect_timeout;
   int pool_size = 1;
@@ -82,7 +83,7 @@ class RedisClient {
 
   const RedisClientCounters& counters() const { return counters_; }
   const CircuitBreaker& breaker() const { return breaker_; }
-  const RedisAddress& address() const { return config_.address; }
+  const RedisAddress& address() const { return config_.endpoint.address; }
 
  private:
   explicit RedisClient(RedisClientConfig config);

@@ -267,7 +267,42 @@ struct Argv {
 absl::Time MonotonicNow() { return SystemClock::Get()->Now(); }
 
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
-    const RedisAddress& address, absl::Duration timeout) {
+    const RedisEndpoint& endpoint, absl::Duration timeout) {
+  const absl::Time deadline = MonotonicNow() + timeout;
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      OpenUnauthenticated(endpoint.address, timeout);
+  if (!connection.ok() || !endpoint.authenticates()) return connection;
+  if (absl::Status s = (*connection)->Authenticate(endpoint, deadline);
+      !s.ok()) {
+    return s;
+  }
+  return connection;
+}
+
+absl::Status RedisConnection::Authenticate(const RedisEndpoint& endpoint,
+                                           absl::Time deadline) {
+  absl::InlinedVector<std::string_view, 3> args = {"AUTH"};
+  if (!endpoint.username.empty()) args.push_back(endpoint.username);
+  args.push_back(endpoint.password);
+  absl::StatusOr<RedisReplyPtr> reply = Command(args, deadline);
+  if (!reply.ok()) return reply.status();
+  const redisReply& r = **reply;
+  if (r.type != REDIS_REPLY_ERROR) return absl::OkStatus();
+  broken_ = true;  // Unauthenticated: of no use to anyone.
+  // Redis's message names neither the password nor anything derived from
+  // it ("WRONGPASS invalid username-password pair or user is disabled.").
+  const absl::string_view message =
+      r.str != nullptr ? absl::string_view(r.str, r.len) : "";
+  return absl::Status(
+      IsServerUnhealthyReply(r) ? absl::StatusCode::kUnavailable
+                                : absl::StatusCode::kUnauthenticated,
+      absl::StrCat(Prefix(endpoint.address.text), "AUTH as ",
+                   endpoint.user_for_messages(), " was refused: ", message));
+}
+
+absl::StatusOr<std::unique_ptr<RedisConnection>>
+RedisConnection::OpenUnauthenticated(const RedisAddress& address,
+                                     absl::Duration timeout) {
   absl::StatusOr<int> fd = ConnectSocket(address, timeout);
   if (!fd.ok()) return fd.status();
   // hiredis takes the socket over, and closes it in redisFree.
@@ -446,9 +481,30 @@ absl::StatusOr<RedisReplyPtr> RedisConnection::NextReply() {
   return RedisReplyPtr(static_cast<redisReply*>(reply));
 }
 
+absl::StatusCode ErrorReplyCode(const redisReply& reply) {
+  if (reply.type != REDIS_REPLY_ERROR || reply.str == nullptr) {
+    return absl::StatusCode::kUnavailable;
+  }
+  const absl::string_view message(reply.str, reply.len);
+  if (absl::StartsWith(message, "NOAUTH") ||
+      absl::StartsWith(message, "WRONGPASS")) {
+    return absl::StatusCode::kUnauthenticated;
+  }
+  // A command a script runs is refused with an ERR of its own ("The user
+  // executing the script can't run this command or subcommand", "... can't
+  // access at least one of the keys ...", "... can't publish to the
+  // channel ...").
+  if (absl::StartsWith(message, "NOPERM") ||
+      absl::StrContains(message, "The user executing the script can't")) {
+    return absl::StatusCode::kPermissionDenied;
+  }
+  return absl::StatusCode::kUnavailable;
+}
+
 absl::Status RedisErrorReply(const RedisAddress& address,
                              const redisReply& reply) {
-  return absl::UnavailableError(
+  return absl::Status(
+      ErrorReplyCode(reply),
       absl::StrCat(Prefix(address.text),
                    "Redis replied: ", absl::string_view(reply.str, reply.len)));
 }

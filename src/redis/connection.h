@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "redis/address.h"
+#include "redis/endpoint.h"
 
 namespace paddock::internal {
 
@@ -35,11 +36,13 @@ class RedisConnection {
  public:
   // RedisConnection::Open()
   //
-  // Connects within `timeout`. Returns `absl::UnavailableError` naming the
-  // address and the reason (refused, no such socket, unknown host), or
-  // `absl::DeadlineExceededError`.
+  // Connects and, when the endpoint carries a password, authenticates
+  // (AUTH), all within `timeout`. Returns `absl::UnavailableError` naming the
+  // address and the reason (refused, no such socket, unknown host),
+  // `absl::DeadlineExceededError`, or `absl::UnauthenticatedError` when
+  // Redis refuses the user or password (never naming the password).
   static absl::StatusOr<std::unique_ptr<RedisConnection>> Open(
-      const RedisAddress& address, absl::Duration timeout);
+      const RedisEndpoint& endpoint, absl::Duration timeout);
 
   ~RedisConnection();
   RedisConnection(const RedisConnection&) = delete;
@@ -84,6 +87,12 @@ class RedisConnection {
  private:
   RedisConnection(const RedisAddress& address, redisContext* context);
 
+  // Open's steps: the socket and its hiredis context; then AUTH.
+  static absl::StatusOr<std::unique_ptr<RedisConnection>> OpenUnauthenticated(
+      const RedisAddress& address, absl::Duration timeout);
+  absl::Status Authenticate(const RedisEndpoint& endpoint,
+                            absl::Time deadline);
+
   // Arms the socket timeouts (SO_RCVTIMEO, SO_SNDTIMEO) to what is left
   // before `deadline`; DeadlineExceeded if nothing is.
   absl::Status SetTimeout(absl::Time deadline);
@@ -108,8 +117,14 @@ class RedisConnection {
   static constexpr absl::Duration kRearmAfter = absl::Milliseconds(1);
 };
 
-// The status for a Redis error reply (type REDIS_REPLY_ERROR):
-// `absl::UnavailableError` with Redis's message.
+// The status code for a Redis error reply (type REDIS_REPLY_ERROR):
+// `kUnauthenticated` for NOAUTH and WRONGPASS (no password, or a wrong one),
+// `kPermissionDenied` for NOPERM and its counterpart inside a script (the
+// user's ACL forbids the command, a key or a channel), else `kUnavailable`.
+absl::StatusCode ErrorReplyCode(const redisReply& reply);
+
+// The status for a Redis error reply: `ErrorReplyCode`'s, with Redis's
+// message.
 absl::Status RedisErrorReply(const RedisAddress& address,
                              const redisReply& reply);
 

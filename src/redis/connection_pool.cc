@@ -12,9 +12,9 @@
 
 namespace paddock::internal {
 
-ConnectionPool::ConnectionPool(RedisAddress address, int size,
+ConnectionPool::ConnectionPool(RedisEndpoint endpoint, int size,
                                absl::Duration connect_timeout)
-    : address_(std::move(address)),
+    : endpoint_(std::move(endpoint)),
       size_(size),
       connect_timeout_(connect_timeout) {}
 
@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> ConnectionPool::Acquire(
       const absl::Duration remaining = deadline - MonotonicNow();
       if (remaining <= absl::ZeroDuration()) {
         return absl::DeadlineExceededError(
-            absl::StrCat("paddock::RedisTier: ", address_.text, ": all ", size_,
+            absl::StrCat("paddock::RedisTier: ", endpoint_.address.text, ": all ", size_,
                          " connections stayed busy for the I/O timeout"));
       }
       returned_.WaitWithTimeout(&mu_, remaining);
@@ -58,9 +58,9 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> ConnectionPool::Acquire(
   // waiting here, which says nothing of the server.
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
       timeout > absl::ZeroDuration()
-          ? RedisConnection::Open(address_, timeout)
+          ? RedisConnection::Open(endpoint_, timeout)
           : absl::DeadlineExceededError(
-                absl::StrCat("paddock::RedisTier: ", address_.text,
+                absl::StrCat("paddock::RedisTier: ", endpoint_.address.text,
                              ": I/O timeout before connecting"));
   if (!connection.ok()) {
     *connect_failed = timeout > absl::ZeroDuration();

@@ -16,14 +16,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "redis/address.h"
+#include "redis/endpoint.h"
 #include "redis/connection.h"
 
 namespace paddock::internal {
 
 class ConnectionPool {
  public:
-  ConnectionPool(RedisAddress address, int size,
+  ConnectionPool(RedisEndpoint endpoint, int size,
                  absl::Duration connect_timeout);
   ~ConnectionPool();
   ConnectionPool(const ConnectionPool&) = delete;
@@ -65,7 +65,7 @@ class ConnectionPool {
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  const RedisAddress address_;
+  const RedisEndpoint endpoint_;
   const int size_;
   const absl::Duration connect_timeout_;
 

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "paddock/redis.h"
 #include "paddock/shared_tier.h"
@@ -29,6 +30,7 @@
 #include "redis/change_log.h"
 #include "redis/client.h"
 #include "redis/connection.h"
+#include "redis/endpoint.h"
 #include "redis/lease_keeper.h"
 #include "redis/protocol.h"
 #include "redis/scripts.h"
@@ -209,6 +211,51 @@ absl::StatusOr<SharedLookup> FinishLookup(internal::RedisTierState& s,
   return std::move(lookup);
 }
 
+// Connect's check that the user's ACL lets the tier work: the ACL probe
+// script (scripts.h) asks Redis whether each command the tier sends may run
+// on its keys and channel. The scripts loaded already, so SCRIPT LOAD is
+// allowed, and running the probe shows that EVALSHA and the keys are. A
+// server before 7.0 cannot tell (no `redis.acl_check_cmd`): a refused
+// command then shows up as the calls' PermissionDenied.
+absl::Status CheckAcl(internal::RedisClient& client,
+                      const internal::RedisEndpoint& endpoint,
+                      const RedisOptions& options) {
+  constexpr std::string_view kProbeKey = "paddock:acl-probe";
+  const std::string record_key =
+      internal::RecordKey(options.key_prefix, kProbeKey);
+  const std::string lease_key =
+      internal::LeaseKey(options.key_prefix, kProbeKey);
+  const std::string channel = internal::ChangeChannel(options.key_prefix);
+  const std::string_view keys[] = {record_key, lease_key};
+  const std::string_view args[] = {channel};
+  absl::StatusOr<RedisReplyPtr> reply =
+      client.Eval(Script::kAclProbe, keys, args);
+  if (!reply.ok()) return reply.status();
+  const redisReply& r = **reply;
+  if (r.type == REDIS_REPLY_INTEGER) return absl::OkStatus();  // Before 7.0.
+  if (r.type != REDIS_REPLY_ARRAY) {
+    client.CountBadReply();
+    return absl::DataLossError(
+        absl::StrCat("paddock::RedisTier: ", endpoint.address.text,
+                     ": the ACL probe returned no list"));
+  }
+  if (r.elements == 0) return absl::OkStatus();
+  std::vector<std::string> refused;
+  for (size_t i = 0; i < r.elements; ++i) {
+    const redisReply* name = r.element[i];
+    if (name->type != REDIS_REPLY_STRING) continue;
+    std::string command(name->str, name->len);
+    if (std::find(refused.begin(), refused.end(), command) == refused.end()) {
+      refused.push_back(std::move(command));
+    }
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "paddock::RedisTier: ", endpoint.address.text, ": the ACL of ",
+      endpoint.user_for_messages(), " refuses ", absl::StrJoin(refused, ", "),
+      " on keys \"", options.key_prefix, "*\" and channel \"", channel,
+      "\", which the tier needs (docs/fleet.md, \"Deploying\", lists the ACL)"));
+}
+
 }  // namespace
 
 absl::Status RedisOptions::Validate() const {
@@ -216,6 +263,10 @@ absl::Status RedisOptions::Validate() const {
           internal::ParseRedisAddress(address);
       !parsed.ok()) {
     return parsed.status();
+  }
+  if (!username.empty() && password.empty()) {
+    return Invalid("password", "set when username is (a nopass user takes any)",
+                   "an empty one");
   }
   if (key_prefix.find_first_of("{}") != std::string::npos) {
     return Invalid("key_prefix", "free of '{' and '}' (keys use hash tags)",
@@ -262,10 +313,13 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
   absl::StatusOr<internal::RedisAddress> address =
       internal::ParseRedisAddress(options.address);
   if (!address.ok()) return address.status();
+  const internal::RedisEndpoint endpoint{.address = *address,
+                                         .username = options.username,
+                                         .password = options.password};
 
   absl::StatusOr<std::unique_ptr<internal::RedisClient>> client =
       internal::RedisClient::Connect(internal::RedisClientConfig{
-          .address = *address,
+          .endpoint = endpoint,
           .io_timeout = options.io_timeout,
           .connect_timeout = options.connect_timeout,
           .pool_size = options.pool_size,
@@ -273,13 +327,17 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
           .breaker_cooldown = options.breaker_cooldown,
       });
   if (!client.ok()) return client.status();
+  if (absl::Status allowed = CheckAcl(**client, endpoint, options);
+      !allowed.ok()) {
+    return allowed;
+  }
 
   auto state =
       std::make_unique<internal::RedisTierState>(options, *std::move(client));
   internal::RedisTierState* s = state.get();
   s->feed = std::make_unique<internal::ChangeFeed>(
       internal::ChangeFeedConfig{
-          .address = *address,
+          .endpoint = endpoint,
           .channel = s->channel,
           .connect_timeout = options.connect_timeout,
           .io_timeout = options.io_timeout,

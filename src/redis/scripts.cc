@@ -169,6 +169,30 @@ redis.call('PUBLISH', ARGV[1], ARGV[2])
 return deleted
 )lua";
 
+// Every command, with the arguments that decide its key or channel, that the
+// scripts above, AwaitChange's poll (GET) and the change subscription
+// (SUBSCRIBE, PING) send. docs/fleet.md lists the ACL they make.
+constexpr const char* kAclProbeSource = R"lua(
+if not redis.acl_check_cmd then return -1 end
+local record, lease, channel = KEYS[1], KEYS[2], ARGV[1]
+local needed = {
+  {'TIME'}, {'TYPE', record}, {'HMGET', record, 'version'},
+  {'HEXISTS', record, 'value'}, {'HSTRLEN', record, 'value'},
+  {'HGET', record, 'value'}, {'HSET', record, 'version', '1'},
+  {'PEXPIRE', record, '1'}, {'DEL', record, lease},
+  {'SET', lease, '1', 'NX', 'PX', '1'}, {'PTTL', lease}, {'GET', lease},
+  {'PEXPIRE', lease, '1'}, {'PUBLISH', channel, '1'},
+  {'SUBSCRIBE', channel}, {'PING'},
+}
+local refused = {}
+for _, command in ipairs(needed) do
+  if not redis.acl_check_cmd(unpack(command)) then
+    refused[#refused + 1] = command[1]
+  end
+end
+return refused
+)lua";
+
 }  // namespace
 
 const std::string& ScriptSource(Script script) {
@@ -181,6 +205,7 @@ const std::string& ScriptSource(Script script) {
     s[static_cast<int>(Script::kExtend)] = kExtendSource;
     s[static_cast<int>(Script::kPut)] = absl::StrCat(kStoreFunction, kPutBody);
     s[static_cast<int>(Script::kInvalidate)] = kInvalidateSource;
+    s[static_cast<int>(Script::kAclProbe)] = kAclProbeSource;
     return s;
   }();
   return sources[static_cast<int>(script)];
@@ -200,6 +225,8 @@ const char* ScriptName(Script script) {
       return "put";
     case Script::kInvalidate:
       return "invalidate";
+    case Script::kAclProbe:
+      return "ACL probe";
   }
   return "?";
 }

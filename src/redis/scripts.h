@@ -27,9 +27,15 @@ enum class Script {
   kPut,
   // KEYS: record, lease. ARGV: channel, message. Returns keys deleted.
   kInvalidate,
+  // KEYS: record, lease (of any key). ARGV: channel. Touches nothing: asks
+  // Redis's ACL whether this connection's user may run each command the
+  // other scripts (and the subscription) run, on those keys and that
+  // channel. Returns the names of those it may not, or -1 on a server
+  // without `redis.acl_check_cmd` (before 7.0).
+  kAclProbe,
 };
 
-inline constexpr int kScriptCount = 6;
+inline constexpr int kScriptCount = 7;
 
 // The script's Lua source.
 const std::string& ScriptSource(Script script);

@@ -455,7 +455,7 @@ class FakeRedisSocket {
   ChangeFeedConfig FeedConfig() const {
     absl::StatusOr<RedisAddress> address = ParseRedisAddress("unix:" + path_);
     EXPECT_TRUE(address.ok()) << address.status();
-    return {.address = address.value_or(RedisAddress{}),
+    return {.endpoint = {.address = address.value_or(RedisAddress{})},
             .channel = "ch",
             .connect_timeout = absl::Seconds(10),
             .io_timeout = absl::Seconds(10),

@@ -379,7 +379,7 @@ TEST_F(RedisTierFaultTest, ConnectionsAreClosedOnExec) {
       internal::ParseRedisAddress(server_->address());
   ASSERT_TRUE(address.ok()) << address.status();
   absl::StatusOr<std::unique_ptr<internal::RedisConnection>> connection =
-      internal::RedisConnection::Open(*address, absl::Seconds(5));
+      internal::RedisConnection::Open({.address = *address}, absl::Seconds(5));
   ASSERT_TRUE(connection.ok()) << connection.status();
   const int flags = fcntl((*connection)->fd(), F_GETFD);
   ASSERT_NE(flags, -1);
@@ -438,7 +438,9 @@ TEST_F(RedisTierFaultTest, AChildSpawnedWhileConnectionsOpenInheritsNone) {
   std::atomic<int> opened{0};
   std::thread opener([&] {
     while (!stop.load()) {
-      if (internal::RedisConnection::Open(*address, absl::Seconds(5)).ok()) {
+      if (internal::RedisConnection::Open({.address = *address},
+                                          absl::Seconds(5))
+              .ok()) {
         opened.fetch_add(1);
       }
     }
