@@ -296,13 +296,13 @@ TEST_F(RedisAuthTest, AnAclWithoutScriptsOrTheSubscriptionIsPermissionDenied) {
 
 TEST_F(RedisAuthTest, AnAclWithoutTheKeysOrTheChannelIsPermissionDenied) {
   std::vector<std::string> other_keys = MinimalAclWithout("~test:v1:*");
-  other_keys.push_back("~other:*");
+  other_keys.emplace_back("~other:*");
   AddUser("paddock", other_keys);
   const absl::Status keys = ConnectStatus(AsUser("paddock"));
   EXPECT_EQ(keys.code(), absl::StatusCode::kPermissionDenied) << keys;
 
   std::vector<std::string> other_channel = MinimalAclWithout("&test:v1:*");
-  other_channel.push_back("&other:*");
+  other_channel.emplace_back("&other:*");
   AddUser("paddock", other_channel);
   const absl::Status channel = ConnectStatus(AsUser("paddock"));
   EXPECT_EQ(channel.code(), absl::StatusCode::kPermissionDenied) << channel;
