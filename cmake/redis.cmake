@@ -47,6 +47,9 @@ if(NOT _paddock_hiredis_found)
 endif()
 message(STATUS "paddock: paddock::redis with hiredis ${PC_HIREDIS_VERSION} "
                "(${PADDOCK_HIREDIS_LIBRARY})")
+# TLS (RedisOptions::tls): hiredis 0.14 has none, so the tier runs TLS on
+# OpenSSL itself (src/redis/tls.cc).
+find_package(OpenSSL 1.1.1 REQUIRED COMPONENTS SSL Crypto)
 
 # GLOBAL, so that a project including paddock with add_subdirectory can link
 # paddock::redis from any directory.
@@ -76,6 +79,8 @@ target_link_libraries(
   paddock_redis
   PUBLIC paddock::paddock
   PRIVATE paddock::hiredis
+          OpenSSL::SSL
+          OpenSSL::Crypto
           absl::flat_hash_map
           absl::inlined_vector
           absl::random_random
@@ -95,15 +100,16 @@ if(PADDOCK_INSTALL)
   # paddock-redis.pc, beside paddock.pc. Written at the end of the root
   # directory, once the root CMakeLists has set the PADDOCK_PC_* directories.
   # The library is static unless BUILD_SHARED_LIBS: hiredis goes in Requires.
-  # So do the abseil modules it links privately (the core's are paddock's).
-  set(_paddock_redis_absl_pc
-      "absl_flat_hash_map absl_inlined_vector absl_random_random absl_span absl_synchronization"
+  # So do the abseil modules and OpenSSL it links privately (the core's are
+  # paddock's).
+  set(_paddock_redis_private_pc
+      "absl_flat_hash_map absl_inlined_vector absl_random_random absl_span absl_synchronization libssl libcrypto"
   )
   if(PC_HIREDIS_FOUND)
-    set(PADDOCK_PC_REDIS_REQUIRES "paddock hiredis ${_paddock_redis_absl_pc}")
+    set(PADDOCK_PC_REDIS_REQUIRES "paddock hiredis ${_paddock_redis_private_pc}")
     set(PADDOCK_PC_REDIS_LIBS "")
   else()
-    set(PADDOCK_PC_REDIS_REQUIRES "paddock ${_paddock_redis_absl_pc}")
+    set(PADDOCK_PC_REDIS_REQUIRES "paddock ${_paddock_redis_private_pc}")
     set(PADDOCK_PC_REDIS_LIBS "${PADDOCK_HIREDIS_LIBRARY}")
   endif()
   function(_paddock_redis_write_pc)

@@ -40,6 +40,27 @@ namespace internal {
 class RedisTierState;
 }  // namespace internal
 
+// RedisTlsOptions
+//
+// TLS for every connection of the tier (Redis 6 or later, `tls-port`). The
+// server's certificate is always verified: its chain must lead to `ca_file`
+// and it must name `server_name`; there is no way to skip either.
+struct RedisTlsOptions {
+  // Off: plain TCP (or a unix socket), and the other fields must be empty.
+  bool enabled = false;
+  // PEM file of the CA certificates to trust; empty trusts the system's
+  // store (/etc/ssl/certs).
+  std::string ca_file;
+  // Mutual TLS (`tls-auth-clients yes`): the client certificate chain, PEM;
+  // set with `key_file` or neither.
+  std::string cert_file;
+  // The private key of `cert_file`, PEM (never logged).
+  std::string key_file;
+  // The name the server's certificate must carry (DNS name or IP address)
+  // and, for a DNS name, the SNI sent; empty means the host of `address`.
+  std::string server_name;
+};
+
 // RedisOptions
 //
 // How to reach Redis and how long to wait for it. Checked by
@@ -59,6 +80,9 @@ struct RedisOptions {
   // docs/fleet.md ("Deploying") lists the smallest ACL the tier works with.
   std::string username;
   std::string password;
+
+  // TLS (see RedisTlsOptions); needs a TCP `address`.
+  RedisTlsOptions tls;
 
   // Starts every key and the change channel: the namespace of one kind of
   // value. Put the version of your value encoding in it ("svc:v1:") so that
@@ -113,7 +137,8 @@ struct RedisOptions {
   //
   // Returns `absl::InvalidArgumentError` naming the first bad field (an
   // address that does not parse, a prefix with a brace, a username without
-  // a password, a duration <= 0, a size < 1), else OK.
+  // a password, TLS on a unix socket or with half a client certificate, TLS
+  // files named while TLS is off, a duration <= 0, a size < 1), else OK.
   absl::Status Validate() const;
 };
 
@@ -176,18 +201,24 @@ class RedisTier final : public SharedTier {
  public:
   // RedisTier::Connect()
   //
-  // Validates `options`, connects to Redis (authenticating when
-  // `options.password` is set), loads the scripts, checks that the user's
-  // ACL allows every command, key and channel the tier uses, and subscribes
-  // to the change channel. Returns:
-  // - `absl::InvalidArgumentError` for bad options (a malformed address);
+  // Validates `options`, connects to Redis (over TLS when `options.tls` is
+  // enabled, authenticating when `options.password` is set), loads the
+  // scripts, checks that the user's ACL allows every command, key and
+  // channel the tier uses, and subscribes to the change channel. Returns:
+  // - `absl::InvalidArgumentError` for bad options (a malformed address, a
+  //   TLS file that cannot be loaded);
   // - `absl::UnauthenticatedError` when Redis refuses the user or password,
   //   or wants a password and none is set;
   // - `absl::PermissionDeniedError` naming what the ACL forbids (a command,
   //   or a command on the tier's keys or channel);
   // - `absl::UnavailableError` naming the address and the reason when Redis
-  //   cannot be reached, or `absl::DeadlineExceededError` when it does not
-  //   answer in time.
+  //   cannot be reached or its certificate fails verification (the reason
+  //   OpenSSL gives, e.g. "self-signed certificate in certificate chain" or
+  //   "unable to get local issuer certificate" for a wrong CA, "hostname
+  //   mismatch" or "IP address mismatch" for a wrong name), or
+  //   `absl::DeadlineExceededError` when it does not answer in time (also a
+  //   TLS handshake with a port that speaks plain RESP, which waits for a
+  //   line that never comes).
   // Blocks for about `connect_timeout` plus a few `io_timeout`s at most.
   static absl::StatusOr<std::shared_ptr<RedisTier>> Connect(
       const RedisOptions& options);

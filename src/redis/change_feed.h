@@ -19,8 +19,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "redis/endpoint.h"
 #include "redis/change_log.h"
+#include "redis/endpoint.h"
 #include "redis/subscriber_hub.h"
 
 namespace paddock::internal {

@@ -71,9 +71,9 @@ absl::Status RedisClient::LoadScript(RedisConnection& connection, Script script,
     known = std::move(sha);  // Only during Connect, before sharing.
   } else if (known != sha) {
     CountBadReply();
-    return absl::DataLossError(
-        absl::StrCat("paddock::RedisTier: ", config_.endpoint.address.text, ": the ",
-                     ScriptName(script), " script loaded under another SHA1"));
+    return absl::DataLossError(absl::StrCat(
+        "paddock::RedisTier: ", config_.endpoint.address.text, ": the ",
+        ScriptName(script), " script loaded under another SHA1"));
   }
   return absl::OkStatus();
 }

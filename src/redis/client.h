@@ -21,10 +21,10 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "redis/address.h"
-#include "redis/endpoint.h"
 #include "redis/circuit_breaker.h"
 #include "redis/connection.h"
 #include "redis/connection_pool.h"
+#include "redis/endpoint.h"
 #include "redis/scripts.h"
 
 namespace paddock::internal {

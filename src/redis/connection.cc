@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "paddock/clock.h"
+#include "redis/tls.h"
 
 namespace paddock::internal {
 namespace {
@@ -271,7 +272,15 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
   const absl::Time deadline = MonotonicNow() + timeout;
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
       OpenUnauthenticated(endpoint.address, timeout);
-  if (!connection.ok() || !endpoint.authenticates()) return connection;
+  if (!connection.ok()) return connection;
+  if (endpoint.tls != nullptr) {
+    absl::StatusOr<std::unique_ptr<TlsSession>> tls = TlsSession::Handshake(
+        *endpoint.tls, (*connection)->fd(), endpoint.address.host,
+        endpoint.address.text, deadline);
+    if (!tls.ok()) return tls.status();
+    (*connection)->tls_ = *std::move(tls);
+  }
+  if (!endpoint.authenticates()) return connection;
   if (absl::Status s = (*connection)->Authenticate(endpoint, deadline);
       !s.ok()) {
     return s;
@@ -335,7 +344,20 @@ RedisConnection::RedisConnection(const RedisAddress& address,
                                  redisContext* context)
     : address_(address.text), context_(context) {}
 
-RedisConnection::~RedisConnection() { redisFree(context_); }
+// The TLS session goes first: it uses the socket, which redisFree closes.
+RedisConnection::~RedisConnection() {
+  tls_.reset();
+  redisFree(context_);
+}
+
+int RedisConnection::BufferRead() {
+  return tls_ != nullptr ? tls_->Read(context_) : redisBufferRead(context_);
+}
+
+int RedisConnection::BufferWrite(int* done) {
+  return tls_ != nullptr ? tls_->Write(context_, done)
+                         : redisBufferWrite(context_, done);
+}
 
 bool RedisConnection::LostWhileIdle() {
   if (broken_) return true;
@@ -349,6 +371,12 @@ bool RedisConnection::LostWhileIdle() {
     // Readable: the peer's end of file (it closed the connection, as
     // Redis's `timeout` or a restart does) or bytes nobody asked for.
     // Either way no next reply can be trusted.
+    if (tls_ != nullptr) {
+      // Readable may mean only a TLS message that carries no data.
+      if (!tls_->ReadableWhileIdleMeansLost()) return false;
+      broken_ = true;
+      return true;
+    }
     char byte;
     const ssize_t n = recv(context_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == -1 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
@@ -417,7 +445,7 @@ absl::StatusOr<RedisReplyPtr> RedisConnection::Command(
       return RedisReplyPtr(static_cast<redisReply*>(reply));
     }
     if (absl::Status s = Rearm(deadline); !s.ok()) return s;
-    if (redisBufferRead(context_) != REDIS_OK) {
+    if (BufferRead() != REDIS_OK) {
       return Fail(errno, "command failed");
     }
   }
@@ -442,7 +470,7 @@ absl::Status RedisConnection::Write(absl::Span<const std::string_view> args,
 absl::Status RedisConnection::Flush(absl::Time deadline) {
   for (;;) {
     int done = 0;
-    if (redisBufferWrite(context_, &done) != REDIS_OK) {
+    if (BufferWrite(&done) != REDIS_OK) {
       return Fail(errno, "write failed");
     }
     if (done != 0) return absl::OkStatus();
@@ -469,7 +497,7 @@ absl::Status RedisConnection::ReadAvailable() {
     return absl::UnavailableError(
         absl::StrCat(Prefix(address_), "connection is broken"));
   }
-  if (redisBufferRead(context_) != REDIS_OK) return Fail(errno, "read failed");
+  if (BufferRead() != REDIS_OK) return Fail(errno, "read failed");
   return absl::OkStatus();
 }
 
@@ -503,10 +531,9 @@ absl::StatusCode ErrorReplyCode(const redisReply& reply) {
 
 absl::Status RedisErrorReply(const RedisAddress& address,
                              const redisReply& reply) {
-  return absl::Status(
-      ErrorReplyCode(reply),
-      absl::StrCat(Prefix(address.text),
-                   "Redis replied: ", absl::string_view(reply.str, reply.len)));
+  return absl::Status(ErrorReplyCode(reply),
+                      absl::StrCat(Prefix(address.text), "Redis replied: ",
+                                   absl::string_view(reply.str, reply.len)));
 }
 
 bool IsServerUnhealthyReply(const redisReply& reply) {

@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "redis/address.h"
 #include "redis/endpoint.h"
+#include "redis/tls.h"
 
 namespace paddock::internal {
 
@@ -36,9 +37,10 @@ class RedisConnection {
  public:
   // RedisConnection::Open()
   //
-  // Connects and, when the endpoint carries a password, authenticates
-  // (AUTH), all within `timeout`. Returns `absl::UnavailableError` naming the
-  // address and the reason (refused, no such socket, unknown host),
+  // Connects, runs the TLS handshake when the endpoint has TLS and, when it
+  // carries a password, authenticates (AUTH), all within `timeout`. Returns
+  // `absl::UnavailableError` naming the address and the reason (refused, no
+  // such socket, unknown host, a certificate that fails verification),
   // `absl::DeadlineExceededError`, or `absl::UnauthenticatedError` when
   // Redis refuses the user or password (never naming the password).
   static absl::StatusOr<std::unique_ptr<RedisConnection>> Open(
@@ -90,8 +92,7 @@ class RedisConnection {
   // Open's steps: the socket and its hiredis context; then AUTH.
   static absl::StatusOr<std::unique_ptr<RedisConnection>> OpenUnauthenticated(
       const RedisAddress& address, absl::Duration timeout);
-  absl::Status Authenticate(const RedisEndpoint& endpoint,
-                            absl::Time deadline);
+  absl::Status Authenticate(const RedisEndpoint& endpoint, absl::Time deadline);
 
   // Arms the socket timeouts (SO_RCVTIMEO, SO_SNDTIMEO) to what is left
   // before `deadline`; DeadlineExceeded if nothing is.
@@ -103,6 +104,10 @@ class RedisConnection {
   // timeout again, so without this a call could take twice its deadline or
   // more; with it, a call ends at most kRearmAfter past its deadline.
   absl::Status Rearm(absl::Time deadline);
+  // One read into the reader, one write from the output buffer: hiredis's
+  // own over a plain socket, `tls_`'s over TLS; results as hiredis's.
+  int BufferRead();
+  int BufferWrite(int* done);
   // Writes the output buffer, within `deadline`.
   absl::Status Flush(absl::Time deadline);
   // Marks the connection broken and returns the status for its error.
@@ -110,6 +115,9 @@ class RedisConnection {
 
   const std::string address_;  // As written, for error messages.
   redisContext* const context_;
+  // Set for a TLS connection; it moves the bytes of `context_`, which still
+  // formats the commands and parses the replies.
+  std::unique_ptr<TlsSession> tls_;
   bool broken_ = false;
   uint64_t generation_ = 0;
   // When SetTimeout last armed the socket timeouts.

@@ -41,9 +41,9 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> ConnectionPool::Acquire(
       if (open_ < size_) break;
       const absl::Duration remaining = deadline - MonotonicNow();
       if (remaining <= absl::ZeroDuration()) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("paddock::RedisTier: ", endpoint_.address.text, ": all ", size_,
-                         " connections stayed busy for the I/O timeout"));
+        return absl::DeadlineExceededError(absl::StrCat(
+            "paddock::RedisTier: ", endpoint_.address.text, ": all ", size_,
+            " connections stayed busy for the I/O timeout"));
       }
       returned_.WaitWithTimeout(&mu_, remaining);
     }

@@ -16,8 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "redis/endpoint.h"
 #include "redis/connection.h"
+#include "redis/endpoint.h"
 
 namespace paddock::internal {
 

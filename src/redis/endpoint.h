@@ -8,9 +8,11 @@
 #ifndef PADDOCK_SRC_REDIS_ENDPOINT_H_
 #define PADDOCK_SRC_REDIS_ENDPOINT_H_
 
+#include <memory>
 #include <string>
 
 #include "redis/address.h"
+#include "redis/tls.h"
 
 namespace paddock::internal {
 
@@ -20,6 +22,8 @@ struct RedisEndpoint {
   // AUTH <password> for the default user; nothing when `password` is empty.
   std::string username = {};
   std::string password = {};
+  // Set: the connection runs TLS with it (`RedisOptions::tls`).
+  std::shared_ptr<const TlsContext> tls = nullptr;
 
   bool authenticates() const { return !password.empty(); }
   // "the default user" or `user "<username>"`, for messages.

@@ -35,6 +35,7 @@
 #include "redis/protocol.h"
 #include "redis/scripts.h"
 #include "redis/subscriber_hub.h"
+#include "redis/tls.h"
 
 namespace paddock {
 namespace internal {
@@ -253,17 +254,67 @@ absl::Status CheckAcl(internal::RedisClient& client,
       "paddock::RedisTier: ", endpoint.address.text, ": the ACL of ",
       endpoint.user_for_messages(), " refuses ", absl::StrJoin(refused, ", "),
       " on keys \"", options.key_prefix, "*\" and channel \"", channel,
-      "\", which the tier needs (docs/fleet.md, \"Deploying\", lists the ACL)"));
+      "\", which the tier needs (docs/fleet.md, \"Deploying\", lists the "
+      "ACL)"));
+}
+
+// Validate's rules for `RedisOptions::tls`. Files named while TLS is off
+// are refused rather than ignored: the tier would talk in the clear to a
+// server its user meant to verify.
+absl::Status CheckTls(const RedisTlsOptions& tls,
+                      const internal::RedisAddress& address) {
+  if (!tls.enabled) {
+    for (const auto& [field, value] :
+         {std::pair<const char*, const std::string&>{"tls.ca_file",
+                                                     tls.ca_file},
+          {"tls.cert_file", tls.cert_file},
+          {"tls.key_file", tls.key_file},
+          {"tls.server_name", tls.server_name}}) {
+      if (!value.empty()) {
+        return Invalid(field, "empty while tls.enabled is false",
+                       absl::StrCat("\"", value, "\""));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (address.is_unix()) {
+    return Invalid("address", "a TCP address when tls.enabled is set",
+                   absl::StrCat("\"", address.text, "\""));
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Invalid(tls.cert_file.empty() ? "tls.cert_file" : "tls.key_file",
+                   "set with the other (a client certificate and its key)",
+                   "an empty one");
+  }
+  return absl::OkStatus();
+}
+
+// The endpoint `options` name (they passed Validate), with the TLS context
+// loaded once for every connection of the tier.
+absl::StatusOr<internal::RedisEndpoint> MakeEndpoint(
+    const RedisOptions& options) {
+  absl::StatusOr<internal::RedisAddress> address =
+      internal::ParseRedisAddress(options.address);
+  if (!address.ok()) return address.status();
+  internal::RedisEndpoint endpoint{.address = *address,
+                                   .username = options.username,
+                                   .password = options.password};
+  if (options.tls.enabled) {
+    absl::StatusOr<std::shared_ptr<const internal::TlsContext>> tls =
+        internal::TlsContext::Create(options.tls);
+    if (!tls.ok()) return tls.status();
+    endpoint.tls = *std::move(tls);
+  }
+  return endpoint;
 }
 
 }  // namespace
 
 absl::Status RedisOptions::Validate() const {
-  if (absl::StatusOr<internal::RedisAddress> parsed =
-          internal::ParseRedisAddress(address);
-      !parsed.ok()) {
-    return parsed.status();
-  }
+  absl::StatusOr<internal::RedisAddress> parsed =
+      internal::ParseRedisAddress(address);
+  if (!parsed.ok()) return parsed.status();
+  if (absl::Status s = CheckTls(tls, *parsed); !s.ok()) return s;
   if (!username.empty() && password.empty()) {
     return Invalid("password", "set when username is (a nopass user takes any)",
                    "an empty one");
@@ -310,12 +361,9 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::Connect(
 absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
     const RedisOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  absl::StatusOr<internal::RedisAddress> address =
-      internal::ParseRedisAddress(options.address);
-  if (!address.ok()) return address.status();
-  const internal::RedisEndpoint endpoint{.address = *address,
-                                         .username = options.username,
-                                         .password = options.password};
+  absl::StatusOr<internal::RedisEndpoint> made = MakeEndpoint(options);
+  if (!made.ok()) return made.status();
+  const internal::RedisEndpoint& endpoint = *made;
 
   absl::StatusOr<std::unique_ptr<internal::RedisClient>> client =
       internal::RedisClient::Connect(internal::RedisClientConfig{

@@ -3,22 +3,145 @@
 // `RedisTest`: the one fixture of the tests against a real redis-server. Each
 // test gets a server of its own (redis_server.h: a unix socket in a temporary
 // directory, stopped by its pid), tier options generous enough for a busy
-// machine or a sanitizer (fault tests shorten them), and Connect.
+// machine or a sanitizer (fault tests shorten them), and Connect. With it,
+// the checks the tests of each way of reaching Redis (plain, ACL, TLS)
+// share: waiting for a condition, for a tier to recover, and two pods of a
+// cache loading a cold key once.
 
 #ifndef PADDOCK_TESTS_REDIS_REDIS_FIXTURE_H_
 #define PADDOCK_TESTS_REDIS_REDIS_FIXTURE_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "paddock/cache.h"
+#include "paddock/options.h"
+#include "paddock/policy.h"
 #include "paddock/redis.h"
+#include "paddock/shared_tier.h"
 #include "redis_server.h"
 
 namespace paddock::testing {
+
+// Whether `done()` holds within `timeout`, asked every 5 ms.
+inline bool Eventually(const std::function<bool()>& done,
+                       absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (!done() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return done();
+}
+
+// Looks up fresh keys until one call succeeds; returns whether one did
+// within `timeout`.
+inline bool RecoversWithin(RedisTier& tier, absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  for (int i = 0; absl::Now() < give_up; ++i) {
+    if (tier.Lookup(absl::StrCat("probe", i), "", absl::ZeroDuration()).ok()) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+// Every operation of the tier, between two tiers of one server: a lease
+// (extended by the keeper: their options need `lease_for` 200 ms), a wait
+// for it that the holder's Fill wakes (its change message), hits, a Put of
+// `value` read back by the other, Invalidate and Release; no call fails.
+inline void ExpectEveryOperationWorks(RedisTier& a, RedisTier& b,
+                                      const std::string& value) {
+  using Lease = SharedLookup::Lease;
+  ASSERT_TRUE(Eventually([&] { return a.subscribed() && b.subscribed(); }));
+  absl::StatusOr<SharedLookup> held = a.Lookup("k", "", absl::Seconds(5));
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(held->lease, Lease::kGranted);
+  absl::SleepFor(absl::Milliseconds(350));  // Extended every 100 ms.
+  EXPECT_GE(a.stats().leases_extended, 1u);
+
+  // b asks and waits on a thread of its own: AwaitChange wakes for what
+  // arrived since that thread's Lookup.
+  std::atomic<bool> asked{false};
+  std::atomic<bool> woke{false};
+  std::thread waiter([&] {
+    absl::StatusOr<SharedLookup> waits = b.Lookup("k", "", absl::Seconds(5));
+    asked = waits.ok() && waits->lease == Lease::kHeldElsewhere;
+    if (asked) woke = b.AwaitChange("k", absl::Seconds(10));
+  });
+  const bool b_asked = Eventually([&] { return asked.load(); });
+  SharedFill fill;
+  fill.value = "v1";
+  fill.fresh_for = absl::Seconds(10);
+  fill.keep_for = absl::Seconds(20);
+  absl::StatusOr<bool> filled = a.Fill("k", held->lease_token, fill);
+  waiter.join();
+  ASSERT_TRUE(b_asked) << "b did not ask";
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_TRUE(*filled);
+  EXPECT_TRUE(woke);  // The fill's message (PUBLISH) reached b.
+  absl::StatusOr<SharedLookup> hit = b.Lookup("k", "", absl::Seconds(5));
+  ASSERT_TRUE(hit.ok() && hit->record.has_value()) << hit.status();
+  EXPECT_EQ(hit->record->value.value_or(""), "v1");
+
+  fill.value = value;
+  ASSERT_TRUE(a.Put("p", fill, 1).ok());
+  absl::StatusOr<SharedLookup> read = b.Lookup("p", "", absl::Seconds(5));
+  ASSERT_TRUE(read.ok() && read->record.has_value()) << read.status();
+  EXPECT_EQ(read->record->value.value_or(""), value);
+  EXPECT_TRUE(a.Invalidate("p", 1).ok());
+  absl::StatusOr<SharedLookup> other = a.Lookup("r", "", absl::Seconds(5));
+  ASSERT_TRUE(other.ok() && other->lease == Lease::kGranted);
+  EXPECT_TRUE(a.Release("r", other->lease_token).ok());
+  EXPECT_EQ(a.stats().failures, 0u);
+  EXPECT_EQ(b.stats().failures, 0u);
+}
+
+// Two pods, each a SingleFlight cache with a tier of its own from
+// `connect`, and eight callers of the cold key "cold" spread over them;
+// the loader takes 50 ms. Returns how many loads the fleet ran, or -1 when
+// a tier does not connect; every caller must get the loaded value (a
+// failure of the test otherwise).
+inline int FleetLoadsOfAColdKey(
+    const std::function<std::shared_ptr<RedisTier>()>& connect) {
+  std::atomic<int> loads{0};
+  auto loader = [&](const std::string& key) -> absl::StatusOr<std::string> {
+    ++loads;
+    absl::SleepFor(absl::Milliseconds(50));
+    return key + "!";
+  };
+  using Pod = Cache<std::string, std::string, SingleFlight>;
+  std::vector<std::unique_ptr<Pod>> pods;
+  for (int i = 0; i < 2; ++i) {
+    std::shared_ptr<RedisTier> tier = connect();
+    if (tier == nullptr) return -1;
+    Options options;
+    options.ttl = absl::Seconds(30);
+    options.wait_timeout = absl::Seconds(10);
+    options.shared = std::move(tier);
+    pods.push_back(std::make_unique<Pod>(loader, options));
+  }
+  std::vector<std::thread> callers;
+  std::atomic<int> right{0};
+  for (int i = 0; i < 8; ++i) {
+    callers.emplace_back([&, i] {
+      if (pods[i % 2]->Get("cold").value_or("") == "cold!") ++right;
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(right, 8);
+  return loads;
+}
 
 class RedisTest : public ::testing::Test {
  protected:

@@ -38,6 +38,7 @@
 namespace paddock {
 namespace {
 
+using ::paddock::testing::RecoversWithin;
 using ::paddock::testing::RedisServer;
 using ::paddock::testing::RedisTest;
 using ::testing::AnyOf;
@@ -113,20 +114,6 @@ class RedisTierFaultTest : public RedisTest {
     options.breaker_cooldown = absl::Milliseconds(300);
     options.health_check_interval = absl::Milliseconds(200);
     return options;
-  }
-
-  // Looks up fresh keys until one call succeeds; returns whether one did
-  // within `timeout`.
-  static bool RecoversWithin(RedisTier& tier, absl::Duration timeout) {
-    const absl::Time give_up = absl::Now() + timeout;
-    for (int i = 0; absl::Now() < give_up; ++i) {
-      if (tier.Lookup(absl::StrCat("probe", i), "", absl::ZeroDuration())
-              .ok()) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
   }
 };
 
