@@ -11,25 +11,14 @@
 #include <thread>
 #include <utility>
 
+#include "eager_coroutine.h"
 #include "gtest/gtest.h"
 
 namespace paddock::internal {
 namespace {
 
-// A coroutine that starts at once and stays suspended at its end, so that
-// the test destroys it (and can tell whether it ran to there).
-struct Owned {
-  struct promise_type {
-    Owned get_return_object() {
-      return Owned{std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> handle;
-};
+// Starts at once and stays suspended at its end, for the test to destroy.
+using Owned = ::paddock::testing::OwnedCoroutine;
 
 // What `AwaiterFor` does with the state, minus the cache.
 struct Awaiter {

@@ -13,6 +13,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "eager_coroutine.h"
 #include "gtest/gtest.h"
 
 namespace paddock::internal {
@@ -48,18 +49,7 @@ class FakeSource {
 };
 
 // Starts at once and stays suspended at its end, for the test to destroy.
-struct Owned {
-  struct promise_type {
-    Owned get_return_object() {
-      return Owned{std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() {}
-    void unhandled_exception() { std::terminate(); }
-  };
-  std::coroutine_handle<promise_type> handle;
-};
+using Owned = ::paddock::testing::OwnedCoroutine;
 
 Owned AwaitInto(FakeSource* source, std::string key, std::string* out) {
   absl::StatusOr<std::string> v = co_await source->Await(key);
