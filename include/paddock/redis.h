@@ -28,6 +28,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -67,8 +68,21 @@ struct RedisTlsOptions {
 // `RedisTier::Connect` (`Validate`).
 struct RedisOptions {
   // "unix:<path>" for a unix socket, "<host>:<port>" or "[<ipv6>]:<port>"
-  // for TCP.
+  // for TCP. Not used in Sentinel mode.
   std::string address = "127.0.0.1:6379";
+
+  // Sentinel mode: set both, and the tier finds the master that these Redis
+  // Sentinels ("<host>:<port>" each, asked in turn) monitor as
+  // `master_name`, and finds it again after a failover. Every new
+  // connection (pooled, the change subscription's, reconnects) goes to the
+  // master the sentinels name and checks with ROLE that it is the master; a
+  // connection refused or timed out there, a ROLE that is not "master" or a
+  // READONLY reply makes the next connection ask the sentinels again.
+  // Sentinels are asked over plain TCP without AUTH; `password`, `username`
+  // and `tls` apply to the master. docs/fleet.md ("Deploying: Sentinel")
+  // says what a failover costs.
+  std::vector<std::string> sentinels;
+  std::string master_name;
 
   // Who the tier is to Redis. With a `password`, every connection the tier
   // opens (the pool's, the change subscription's, reconnects) sends
@@ -138,7 +152,9 @@ struct RedisOptions {
   // Returns `absl::InvalidArgumentError` naming the first bad field (an
   // address that does not parse, a prefix with a brace, a username without
   // a password, TLS on a unix socket or with half a client certificate, TLS
-  // files named while TLS is off, a duration <= 0, a size < 1), else OK.
+  // files named while TLS is off, sentinels without a master name or the
+  // other way round, a sentinel that is not "<host>:<port>", a duration
+  // <= 0, a size < 1), else OK.
   absl::Status Validate() const;
 };
 

@@ -93,6 +93,8 @@ class ChangeFeed::Loop {
   void Run();
   // Makes Run() return, and the hub deliver nothing more. Thread-safe.
   void Stop();
+  // ChangeFeed::Resubscribe.
+  void Resubscribe();
   // ChangeFeed::WriteMayLandLate. May throw std::bad_alloc.
   void WriteMayLandLate(std::string_view key, uint64_t since);
   uint64_t passed_over() const;
@@ -113,6 +115,8 @@ class ChangeFeed::Loop {
   // meanwhile. Returns false when stopping.
   bool Sleep(absl::Duration timeout);
   void DrainWakeFd();
+  // Wakes the thread from poll().
+  void Wake();
   // The subscription a put or invalidate message of `key` from `origin` is
   // not delivered to: `origin`, or 0 if a write of `key` may land late.
   uint64_t Skip(std::string_view key, uint64_t origin);
@@ -144,6 +148,8 @@ class ChangeFeed::Loop {
   // An eventfd that Stop() writes to wake the thread from poll().
   const int wake_fd_;
   std::atomic<bool> stopping_{false};
+  // Set by Resubscribe(), taken by the thread.
+  std::atomic<bool> resubscribe_{false};
   std::atomic<uint64_t> losses_{0};
   std::atomic<uint64_t> messages_{0};
 
@@ -199,6 +205,8 @@ void ChangeFeed::WriteMayLandLate(std::string_view key, uint64_t since) {
 }
 
 uint64_t ChangeFeed::passed_over() const { return loop_->passed_over(); }
+
+void ChangeFeed::Resubscribe() { loop_->Resubscribe(); }
 uint64_t ChangeFeed::losses() const { return loop_->losses(); }
 uint64_t ChangeFeed::messages() const { return loop_->messages(); }
 
@@ -256,6 +264,15 @@ absl::Status ChangeFeed::Loop::Start() {
 void ChangeFeed::Loop::Stop() {
   stopping_.store(true, std::memory_order_release);
   hub_->Close();
+  Wake();
+}
+
+void ChangeFeed::Loop::Resubscribe() {
+  resubscribe_.store(true, std::memory_order_release);
+  Wake();
+}
+
+void ChangeFeed::Loop::Wake() {
   const uint64_t one = 1;
   // The eventfd counter cannot overflow from one write; nothing to handle.
   while (write(wake_fd_, &one, sizeof(one)) == -1 && errno == EINTR) {
@@ -453,6 +470,10 @@ bool ChangeFeed::Loop::PollOnce() {
     DeliverPosted();
   }
   if (stopping()) return false;
+  if (resubscribe_.exchange(false, std::memory_order_acq_rel)) {
+    Lose();
+    return true;
+  }
 
   if (fds[0].revents != 0 &&
       (!connection_->ReadAvailable().ok() || !HandleBuffered())) {

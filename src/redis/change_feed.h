@@ -93,6 +93,14 @@ class ChangeFeed {
   // their origin, a subscription of this tier. Thread-safe.
   uint64_t passed_over() const;
 
+  // ChangeFeed::Resubscribe()
+  //
+  // Makes the thread drop its subscription and subscribe anew, as after a
+  // loss (counted, and OnMissedInvalidations delivered): the master moved
+  // (a Sentinel failover), and messages published on the new one may not
+  // reach the old. Thread-safe; never blocks.
+  void Resubscribe();
+
   // Times the subscription was lost; change messages received. Thread-safe.
   uint64_t losses() const;
   uint64_t messages() const;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "paddock/clock.h"
+#include "redis/sentinel.h"
 
 namespace paddock::internal {
 
@@ -151,6 +152,10 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Settle(
   // that answered too slowly did not: its other connections stay pooled.
   const bool lost_server =
       transport_failed && !absl::IsDeadlineExceeded(reply.status());
+  // In Sentinel mode, the next connection asks where the master is now.
+  if (wrong_server && config_.endpoint.sentinel != nullptr) {
+    config_.endpoint.sentinel->Forget(connection->address());
+  }
   pool_.Return(std::move(connection));
   if (outcome == CircuitBreaker::Outcome::kFailure) {
     counters_.failures.fetch_add(1, std::memory_order_relaxed);

@@ -76,6 +76,13 @@ class RedisClient {
   absl::StatusOr<RedisReplyPtr> Command(absl::Span<const std::string_view> args,
                                         absl::Time deadline);
 
+  // RedisClient::Reconnect()
+  //
+  // Closes the pooled connections (those in use when returned): the next
+  // calls connect anew, to where the endpoint names now (a Sentinel
+  // failover). Thread-safe; never blocks on I/O.
+  void Reconnect() { pool_.Flush(); }
+
   // Counts a reply that the caller could not parse.
   void CountBadReply() {
     counters_.bad_replies.fetch_add(1, std::memory_order_relaxed);

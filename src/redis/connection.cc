@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "paddock/clock.h"
+#include "redis/sentinel.h"
 #include "redis/tls.h"
 
 namespace paddock::internal {
@@ -270,13 +271,33 @@ absl::Time MonotonicNow() { return SystemClock::Get()->Now(); }
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     const RedisEndpoint& endpoint, absl::Duration timeout) {
   const absl::Time deadline = MonotonicNow() + timeout;
+  if (endpoint.sentinel == nullptr) {
+    return OpenAt(endpoint, endpoint.address, deadline);
+  }
+  absl::StatusOr<RedisAddress> master = endpoint.sentinel->Master(deadline);
+  if (!master.ok()) return master.status();
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
-      OpenUnauthenticated(endpoint.address, timeout);
+      OpenAt(endpoint, *master, deadline);
+  absl::Status checked = connection.ok()
+                             ? (*connection)->CheckIsMaster(deadline)
+                             : connection.status();
+  if (checked.ok()) return connection;
+  // No master there (or no answer in time): the next open asks the
+  // sentinels again, which is how a failover is followed.
+  endpoint.sentinel->Forget(master->text);
+  return checked;
+}
+
+absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::OpenAt(
+    const RedisEndpoint& endpoint, const RedisAddress& address,
+    absl::Time deadline) {
+  absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
+      OpenUnauthenticated(address, deadline - MonotonicNow());
   if (!connection.ok()) return connection;
   if (endpoint.tls != nullptr) {
-    absl::StatusOr<std::unique_ptr<TlsSession>> tls = TlsSession::Handshake(
-        *endpoint.tls, (*connection)->fd(), endpoint.address.host,
-        endpoint.address.text, deadline);
+    absl::StatusOr<std::unique_ptr<TlsSession>> tls =
+        TlsSession::Handshake(*endpoint.tls, (*connection)->fd(), address.host,
+                              address.text, deadline);
     if (!tls.ok()) return tls.status();
     (*connection)->tls_ = *std::move(tls);
   }
@@ -286,6 +307,30 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     return s;
   }
   return connection;
+}
+
+absl::Status RedisConnection::CheckIsMaster(absl::Time deadline) {
+  const std::string_view args[] = {"ROLE"};
+  absl::StatusOr<RedisReplyPtr> reply = Command(args, deadline);
+  if (!reply.ok()) return reply.status();
+  const redisReply& r = **reply;
+  if (r.type == REDIS_REPLY_ERROR) {
+    broken_ = true;
+    return absl::Status(ErrorReplyCode(r),
+                        absl::StrCat(Prefix(address_), "ROLE was refused: ",
+                                     absl::string_view(r.str, r.len)));
+  }
+  const redisReply* role =
+      r.type == REDIS_REPLY_ARRAY && r.elements > 0 ? r.element[0] : nullptr;
+  const absl::string_view name =
+      role != nullptr && role->type == REDIS_REPLY_STRING
+          ? absl::string_view(role->str, role->len)
+          : "";
+  if (name == "master") return absl::OkStatus();
+  broken_ = true;
+  return absl::UnavailableError(absl::StrCat(
+      Prefix(address_), "the sentinels named it master, but its ROLE is \"",
+      name, "\" (a failover in progress?)"));
 }
 
 absl::Status RedisConnection::Authenticate(const RedisEndpoint& endpoint,

@@ -38,9 +38,12 @@ class RedisConnection {
   // RedisConnection::Open()
   //
   // Connects, runs the TLS handshake when the endpoint has TLS and, when it
-  // carries a password, authenticates (AUTH), all within `timeout`. Returns
-  // `absl::UnavailableError` naming the address and the reason (refused, no
-  // such socket, unknown host, a certificate that fails verification),
+  // carries a password, authenticates (AUTH), all within `timeout`. In
+  // Sentinel mode it connects to the master the sentinels name and checks
+  // with ROLE that it is one; when it is not, or cannot be reached, the
+  // locator forgets it. Returns `absl::UnavailableError` naming the address
+  // and the reason (refused, no such socket, unknown host, a certificate
+  // that fails verification, not a master, no sentinel answered),
   // `absl::DeadlineExceededError`, or `absl::UnauthenticatedError` when
   // Redis refuses the user or password (never naming the password).
   static absl::StatusOr<std::unique_ptr<RedisConnection>> Open(
@@ -72,6 +75,8 @@ class RedisConnection {
 
   // The socket, for poll().
   int fd() const { return context_->fd; }
+  // "<host>:<port>" or "unix:<path>": where it is connected.
+  const std::string& address() const { return address_; }
   // Whether an error left the connection unusable.
   bool broken() const { return broken_; }
   // Marks the connection unusable (closed when given back), for a reply that
@@ -89,10 +94,16 @@ class RedisConnection {
  private:
   RedisConnection(const RedisAddress& address, redisContext* context);
 
-  // Open's steps: the socket and its hiredis context; then AUTH.
+  // Open's steps: to `address`, the socket and its hiredis context, TLS,
+  // then AUTH; in Sentinel mode, then ROLE.
+  static absl::StatusOr<std::unique_ptr<RedisConnection>> OpenAt(
+      const RedisEndpoint& endpoint, const RedisAddress& address,
+      absl::Time deadline);
   static absl::StatusOr<std::unique_ptr<RedisConnection>> OpenUnauthenticated(
       const RedisAddress& address, absl::Duration timeout);
   absl::Status Authenticate(const RedisEndpoint& endpoint, absl::Time deadline);
+  // OK if ROLE says "master"; Unavailable if another role, or the error.
+  absl::Status CheckIsMaster(absl::Time deadline);
 
   // Arms the socket timeouts (SO_RCVTIMEO, SO_SNDTIMEO) to what is left
   // before `deadline`; DeadlineExceeded if nothing is.

@@ -34,6 +34,7 @@
 #include "redis/lease_keeper.h"
 #include "redis/protocol.h"
 #include "redis/scripts.h"
+#include "redis/sentinel.h"
 #include "redis/subscriber_hub.h"
 #include "redis/tls.h"
 
@@ -63,6 +64,8 @@ class RedisTierState {
   const std::shared_ptr<SubscriberHub> hub;
   std::unique_ptr<ChangeFeed> feed;
   std::unique_ptr<LeaseKeeper> keeper;
+  // Sentinel mode; stopped first, since it uses `client` and `feed`.
+  std::unique_ptr<SentinelWatch> watch;
 };
 
 }  // namespace internal
@@ -121,6 +124,22 @@ absl::StatusOr<int64_t> IntegerResult(internal::RedisClient& client,
   absl::StatusOr<int64_t> value = internal::ParseIntegerReply(**reply);
   if (!value.ok()) client.CountBadReply();
   return value;
+}
+
+// The lease keeper's extension of `key`'s lease held with `token` by
+// `period`: whether it is still held.
+absl::StatusOr<bool> ExtendLease(internal::RedisTierState& s,
+                                 const std::string& key,
+                                 const std::string& token,
+                                 absl::Duration period) {
+  const std::string lease_key = internal::LeaseKey(s.options.key_prefix, key);
+  const std::string millis = internal::DurationToMillis(period);
+  const std::string_view keys[] = {lease_key};
+  const std::string_view args[] = {token, millis};
+  absl::StatusOr<int64_t> held =
+      IntegerResult(*s.client, s.client->Eval(Script::kExtend, keys, args));
+  if (!held.ok()) return held.status();
+  return *held == 1;
 }
 
 // Deletes the lease `token` holds on `key`, telling the fleet; returns
@@ -289,16 +308,60 @@ absl::Status CheckTls(const RedisTlsOptions& tls,
   return absl::OkStatus();
 }
 
-// The endpoint `options` name (they passed Validate), with the TLS context
-// loaded once for every connection of the tier.
+// Validate's rules for Sentinel mode: both fields or neither, and every
+// sentinel a TCP address.
+absl::Status CheckSentinels(const RedisOptions& options) {
+  if (options.sentinels.empty() != options.master_name.empty()) {
+    return options.sentinels.empty()
+               ? Invalid("sentinels", "set when master_name is", "none")
+               : Invalid("master_name", "set when sentinels are",
+                         "an empty one");
+  }
+  for (const std::string& sentinel : options.sentinels) {
+    absl::StatusOr<internal::RedisAddress> parsed =
+        internal::ParseRedisAddress(sentinel);
+    if (!parsed.ok() || parsed->is_unix()) {
+      return Invalid("sentinels", "\"<host>:<port>\" each",
+                     absl::StrCat("\"", sentinel, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Where the tier connects: `options.address`, or in Sentinel mode the
+// master that the sentinels name at each new connection.
 absl::StatusOr<internal::RedisEndpoint> MakeEndpoint(
     const RedisOptions& options) {
-  absl::StatusOr<internal::RedisAddress> address =
-      internal::ParseRedisAddress(options.address);
-  if (!address.ok()) return address.status();
-  internal::RedisEndpoint endpoint{.address = *address,
-                                   .username = options.username,
-                                   .password = options.password};
+  if (options.sentinels.empty()) {
+    absl::StatusOr<internal::RedisAddress> address =
+        internal::ParseRedisAddress(options.address);
+    if (!address.ok()) return address.status();
+    return internal::RedisEndpoint{.address = *std::move(address)};
+  }
+  std::vector<internal::RedisAddress> sentinels;
+  for (const std::string& sentinel : options.sentinels) {
+    absl::StatusOr<internal::RedisAddress> parsed =
+        internal::ParseRedisAddress(sentinel);
+    if (!parsed.ok()) return parsed.status();
+    sentinels.push_back(*std::move(parsed));
+  }
+  auto locator = std::make_shared<internal::MasterLocator>(std::move(sentinels),
+                                                           options.master_name);
+  internal::RedisEndpoint endpoint;
+  endpoint.address.text = locator->description();
+  endpoint.sentinel = std::move(locator);
+  return endpoint;
+}
+
+// The endpoint `options` name (they passed Validate): who the tier is, and
+// the TLS context loaded once for every connection of the tier.
+absl::StatusOr<internal::RedisEndpoint> MakeAuthenticatedEndpoint(
+    const RedisOptions& options) {
+  absl::StatusOr<internal::RedisEndpoint> made = MakeEndpoint(options);
+  if (!made.ok()) return made.status();
+  internal::RedisEndpoint endpoint = *std::move(made);
+  endpoint.username = options.username;
+  endpoint.password = options.password;
   if (options.tls.enabled) {
     absl::StatusOr<std::shared_ptr<const internal::TlsContext>> tls =
         internal::TlsContext::Create(options.tls);
@@ -315,6 +378,7 @@ absl::Status RedisOptions::Validate() const {
       internal::ParseRedisAddress(address);
   if (!parsed.ok()) return parsed.status();
   if (absl::Status s = CheckTls(tls, *parsed); !s.ok()) return s;
+  if (absl::Status s = CheckSentinels(*this); !s.ok()) return s;
   if (!username.empty() && password.empty()) {
     return Invalid("password", "set when username is (a nopass user takes any)",
                    "an empty one");
@@ -361,7 +425,8 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::Connect(
 absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
     const RedisOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  absl::StatusOr<internal::RedisEndpoint> made = MakeEndpoint(options);
+  absl::StatusOr<internal::RedisEndpoint> made =
+      MakeAuthenticatedEndpoint(options);
   if (!made.ok()) return made.status();
   const internal::RedisEndpoint& endpoint = *made;
 
@@ -393,19 +458,19 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
       },
       s->log, s->hub);
   if (absl::Status started = s->feed->Start(); !started.ok()) return started;
+  if (endpoint.sentinel != nullptr) {
+    // A failover the sentinels announce moves every connection at once.
+    s->watch = std::make_unique<internal::SentinelWatch>(
+        endpoint.sentinel.get(), options.connect_timeout, [s] {
+          s->client->Reconnect();
+          s->feed->Resubscribe();
+        });
+  }
   s->keeper = std::make_unique<internal::LeaseKeeper>(
       options.lease_for,
       [s](const std::string& key, const std::string& token,
           absl::Duration period) -> absl::StatusOr<bool> {
-        const std::string lease_key =
-            internal::LeaseKey(s->options.key_prefix, key);
-        const std::string millis = internal::DurationToMillis(period);
-        const std::string_view keys[] = {lease_key};
-        const std::string_view args[] = {token, millis};
-        absl::StatusOr<int64_t> held = IntegerResult(
-            *s->client, s->client->Eval(Script::kExtend, keys, args));
-        if (!held.ok()) return held.status();
-        return *held == 1;
+        return ExtendLease(*s, key, token, period);
       },
       [s](const std::string& key, const std::string& token)
           -> absl::StatusOr<bool> { return ReleaseLease(*s, key, token); });

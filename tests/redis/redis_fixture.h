@@ -33,6 +33,22 @@
 
 namespace paddock::testing {
 
+// A tier connected with `options`, or nullptr (the test fails).
+inline std::shared_ptr<RedisTier> ConnectTier(const RedisOptions& options) {
+  absl::StatusOr<std::shared_ptr<RedisTier>> tier = RedisTier::Connect(options);
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return tier.ok() ? *tier : nullptr;
+}
+
+// A fill of `value`: fresh for 10 s, kept for 20 s.
+inline SharedFill ValueFill(std::string value) {
+  SharedFill fill;
+  fill.value = std::move(value);
+  fill.fresh_for = absl::Seconds(10);
+  fill.keep_for = absl::Seconds(20);
+  return fill;
+}
+
 // Whether `done()` holds within `timeout`, asked every 5 ms.
 inline bool Eventually(const std::function<bool()>& done,
                        absl::Duration timeout = absl::Seconds(10)) {
@@ -57,7 +73,8 @@ inline bool RecoversWithin(RedisTier& tier, absl::Duration timeout) {
 }
 
 // Every operation of the tier, between two tiers of one server: a lease
-// (extended by the keeper: their options need `lease_for` 200 ms), a wait
+// (extended by the keeper: their options need `lease_for` 1 s, which
+// leaves a busy machine half a second for each extension), a wait
 // for it that the holder's Fill wakes (its change message), hits, a Put of
 // `value` read back by the other, Invalidate and Release; no call fails.
 inline void ExpectEveryOperationWorks(RedisTier& a, RedisTier& b,
@@ -67,7 +84,7 @@ inline void ExpectEveryOperationWorks(RedisTier& a, RedisTier& b,
   absl::StatusOr<SharedLookup> held = a.Lookup("k", "", absl::Seconds(5));
   ASSERT_TRUE(held.ok()) << held.status();
   ASSERT_EQ(held->lease, Lease::kGranted);
-  absl::SleepFor(absl::Milliseconds(350));  // Extended every 100 ms.
+  absl::SleepFor(absl::Milliseconds(700));  // Extended every 500 ms.
   EXPECT_GE(a.stats().leases_extended, 1u);
 
   // b asks and waits on a thread of its own: AwaitChange wakes for what
@@ -80,10 +97,7 @@ inline void ExpectEveryOperationWorks(RedisTier& a, RedisTier& b,
     if (asked) woke = b.AwaitChange("k", absl::Seconds(10));
   });
   const bool b_asked = Eventually([&] { return asked.load(); });
-  SharedFill fill;
-  fill.value = "v1";
-  fill.fresh_for = absl::Seconds(10);
-  fill.keep_for = absl::Seconds(20);
+  SharedFill fill = ValueFill("v1");
   absl::StatusOr<bool> filled = a.Fill("k", held->lease_token, fill);
   waiter.join();
   ASSERT_TRUE(b_asked) << "b did not ask";
@@ -167,10 +181,7 @@ class RedisTest : public ::testing::Test {
 
   // A tier connected with `options`, or nullptr (the test fails).
   std::shared_ptr<RedisTier> Connect(const RedisOptions& options) {
-    absl::StatusOr<std::shared_ptr<RedisTier>> tier =
-        RedisTier::Connect(options);
-    EXPECT_TRUE(tier.ok()) << tier.status();
-    return tier.ok() ? *tier : nullptr;
+    return ConnectTier(options);
   }
   std::shared_ptr<RedisTier> Connect() { return Connect(TierOptions()); }
 

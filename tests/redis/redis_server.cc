@@ -2,10 +2,14 @@
 
 #include "redis_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,7 +76,33 @@ absl::StatusOr<std::string> ReplyText(const redisReply& reply) {
   }
 }
 
+// Whether the peer of the idle socket `fd` closed its end (an end of file is
+// waiting to be read). Never blocks.
+bool PeerClosed(int fd) {
+  pollfd p{.fd = fd, .events = POLLIN | POLLRDHUP, .revents = 0};
+  if (poll(&p, 1, 0) != 1) return false;
+  if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return true;
+  char byte;
+  return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 }  // namespace
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
 
 absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
     Options options) {
@@ -87,6 +117,9 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(
   }
   std::unique_ptr<RedisServer> server(
       new RedisServer(std::move(options), std::move(dir)));
+  if (!server->options_.config.empty()) {
+    std::ofstream(server->config_path_) << server->options_.config << "\n";
+  }
   if (absl::Status s = server->Launch(); !s.ok()) return s;
   return server;
 }
@@ -95,6 +128,7 @@ RedisServer::RedisServer(Options options, std::string dir)
     : options_(std::move(options)),
       dir_(std::move(dir)),
       socket_path_(dir_ + "/redis.sock"),
+      config_path_(dir_ + "/redis.conf"),
       log_path_(dir_ + "/redis.log") {}
 
 RedisServer::~RedisServer() {
@@ -110,23 +144,15 @@ absl::Status RedisServer::Launch() {
     return absl::InternalError(absl::StrCat("RedisServer: open ", log_path_,
                                             ": ", std::strerror(errno)));
   }
-  std::vector<std::string> argv = {options_.binary,
-                                   "--port",
-                                   "0",
-                                   "--unixsocket",
-                                   socket_path_,
-                                   "--unixsocketperm",
-                                   "700",
-                                   "--save",
-                                   "",
-                                   "--appendonly",
-                                   "no",
-                                   "--dir",
-                                   dir_,
-                                   "--daemonize",
-                                   "no",
-                                   "--logfile",
-                                   ""};
+  std::vector<std::string> argv = {options_.binary};
+  if (!options_.config.empty()) argv.push_back(config_path_);
+  if (options_.sentinel) argv.emplace_back("--sentinel");
+  const std::vector<std::string> defaults = {
+      "--port",           "0",   "--unixsocket", socket_path_,
+      "--unixsocketperm", "700", "--save",       "",
+      "--appendonly",     "no",  "--dir",        dir_,
+      "--daemonize",      "no",  "--logfile",    ""};
+  argv.insert(argv.end(), defaults.begin(), defaults.end());
   argv.insert(argv.end(), options_.extra_args.begin(),
               options_.extra_args.end());
   absl::StatusOr<pid_t> pid = SpawnProcess(argv, log_fd);
@@ -235,6 +261,9 @@ absl::Status RedisServer::Restart() {
 
 absl::StatusOr<std::string> RedisServer::Command(
     const std::vector<std::string>& args) {
+  // The server closed it (CLIENT KILL, as Sentinel sends to the instances
+  // of a failover): writing would raise SIGPIPE; connect anew instead.
+  if (admin_ != nullptr && PeerClosed(admin_->fd)) CloseAdmin();
   if (admin_ == nullptr || admin_->err != 0) {
     CloseAdmin();
     const timeval tv = {2, 0};

@@ -37,14 +37,25 @@ struct redisContext;
 
 namespace paddock::testing {
 
+// A TCP port on 127.0.0.1 that nobody listens on now (the kernel's pick for
+// port 0), for a server a test starts with `--port`; 0 if none. Another
+// process may take it before the test does: rare enough for tests.
+int FreeLoopbackPort();
+
 class RedisServer {
  public:
   struct Options {
     // The program; the environment variable PADDOCK_REDIS_SERVER overrides
     // it.
     std::string binary = "redis-server";
-    // More arguments, e.g. {"--maxmemory", "10mb"}.
+    // More arguments, e.g. {"--maxmemory", "10mb"}; they come after the
+    // defaults above and override them (e.g. {"--port", "7001"}).
     std::vector<std::string> extra_args;
+    // When set: written to DIR/redis.conf, which the server loads first (and
+    // may rewrite: a sentinel keeps its state there).
+    std::string config;
+    // Runs it as a Redis Sentinel (`--sentinel`; needs `config`).
+    bool sentinel = false;
     // How long Start() and Restart() wait for the first PONG.
     absl::Duration start_timeout = absl::Seconds(10);
   };
@@ -102,7 +113,8 @@ class RedisServer {
   // RedisServer::Command()
   //
   // Runs one command on the test's own connection (kept open, so that it
-  // stays authenticated across CONFIG SET requirepass) and returns the
+  // stays authenticated across CONFIG SET requirepass, and opened again if
+  // the server closed it) and returns the
   // reply as text: strings, statuses and integers as they are, nil as
   // "(nil)", an array as its elements joined by '\n'. An error reply is
   // `absl::UnknownError` with its text.
@@ -127,6 +139,7 @@ class RedisServer {
   const Options options_;
   const std::string dir_;
   const std::string socket_path_;
+  const std::string config_path_;
   const std::string log_path_;
   pid_t pid_ = 0;
   bool paused_ = false;

@@ -41,6 +41,7 @@ namespace {
 using ::paddock::testing::RecoversWithin;
 using ::paddock::testing::RedisServer;
 using ::paddock::testing::RedisTest;
+using ::paddock::testing::ValueFill;
 using ::testing::AnyOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -93,14 +94,6 @@ class CountingSubscriber : public SharedTier::Subscriber {
   int missed_ = 0;
   std::string last_key_;
 };
-
-SharedFill ValueFill(std::string value) {
-  SharedFill fill;
-  fill.value = std::move(value);
-  fill.fresh_for = absl::Seconds(10);
-  fill.keep_for = absl::Seconds(20);
-  return fill;
-}
 
 class RedisTierFaultTest : public RedisTest {
  protected:

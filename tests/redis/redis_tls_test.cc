@@ -48,30 +48,16 @@ namespace {
 using ::paddock::testing::Eventually;
 using ::paddock::testing::ExpectEveryOperationWorks;
 using ::paddock::testing::FleetLoadsOfAColdKey;
+using ::paddock::testing::FreeLoopbackPort;
 using ::paddock::testing::RecoversWithin;
 using ::paddock::testing::RedisServer;
+using ::paddock::testing::ValueFill;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using Lease = SharedLookup::Lease;
 
 constexpr char kPassword[] = "s3cret-Pa55";
-
-// A loopback port nobody listens on now (the kernel's pick for port 0).
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 // A listener on a free loopback port that accepts one connection and
 // answers `reply` (or nothing, when empty) to whatever comes, holding the
@@ -258,18 +244,7 @@ class RedisTlsTest : public ::testing::Test {
   }
 
   static std::shared_ptr<RedisTier> Connect(const RedisOptions& options) {
-    absl::StatusOr<std::shared_ptr<RedisTier>> tier =
-        RedisTier::Connect(options);
-    EXPECT_TRUE(tier.ok()) << tier.status();
-    return tier.ok() ? *tier : nullptr;
-  }
-
-  static SharedFill ValueFill(std::string value) {
-    SharedFill fill;
-    fill.value = std::move(value);
-    fill.fresh_for = absl::Seconds(10);
-    fill.keep_for = absl::Seconds(20);
-    return fill;
+    return testing::ConnectTier(options);
   }
 
   // Connect's status for `options` and how long it took.
@@ -294,7 +269,7 @@ constexpr absl::Duration kSlack = absl::Seconds(2);
 TEST_F(RedisTlsTest, EveryOperationAndTheChangeFeedWorkOverTls) {
   StartServer();
   RedisOptions options = TierOptions();
-  options.lease_for = absl::Milliseconds(200);  // Extended every 100 ms.
+  options.lease_for = absl::Seconds(1);  // Extended every 500 ms.
   std::shared_ptr<RedisTier> a = Connect(options);
   std::shared_ptr<RedisTier> b = Connect(options);
   ASSERT_NE(a, nullptr);
