@@ -46,7 +46,8 @@ class RedisSentinelTest : public ::testing::Test {
     replica_port_ = FreeLoopbackPort();
     ASSERT_NE(master_port_, 0);
     ASSERT_NE(replica_port_, 0);
-    master_ = StartServer(master_port_, {});
+    // Redis 7 waits 5 s for more replicas before a diskless full sync.
+    master_ = StartServer(master_port_, {"--repl-diskless-sync-delay", "0"});
     ASSERT_NE(master_, nullptr);
     replica_ = StartServer(replica_port_, {"--replicaof", "127.0.0.1",
                                            absl::StrCat(master_port_)});
@@ -59,29 +60,24 @@ class RedisSentinelTest : public ::testing::Test {
         },
         absl::Seconds(20)))
         << "the replica did not sync";
+    std::vector<int> ports;
     for (int i = 0; i < 3; ++i) {
-      const int port = FreeLoopbackPort();
-      ASSERT_NE(port, 0);
+      ports.push_back(FreeLoopbackPort());
+      ASSERT_NE(ports.back(), 0);
+    }
+    for (int i = 0; i < 3; ++i) {
       RedisServer::Options options;
       options.sentinel = true;
-      // known-replica: the sentinel knows the replica at once rather than
-      // from the master's INFO, 10 s later.
-      options.config =
-          absl::StrCat("sentinel monitor ", kMasterName, " 127.0.0.1 ",
-                       master_port_, " 2\nsentinel down-after-milliseconds ",
-                       kMasterName, " 500\nsentinel failover-timeout ",
-                       kMasterName, " 5000\nsentinel known-replica ",
-                       kMasterName, " 127.0.0.1 ", replica_port_);
-      options.extra_args = {"--port", absl::StrCat(port), "--bind",
+      options.config = SentinelConfig(ports, i);
+      options.extra_args = {"--port", absl::StrCat(ports[i]), "--bind",
                             "127.0.0.1"};
       absl::StatusOr<std::unique_ptr<RedisServer>> sentinel =
           RedisServer::Start(std::move(options));
       ASSERT_TRUE(sentinel.ok()) << sentinel.status();
       sentinels_.push_back(*std::move(sentinel));
-      sentinel_addresses_.push_back(absl::StrCat("127.0.0.1:", port));
+      sentinel_addresses_.push_back(absl::StrCat("127.0.0.1:", ports[i]));
     }
-    // Each sentinel knows the other two (their hello messages, every 2 s):
-    // a failover can be agreed on.
+    // Each sentinel reaches the other two: a failover can be agreed on.
     for (const std::unique_ptr<RedisServer>& sentinel : sentinels_) {
       ASSERT_TRUE(Eventually(
           [&] {
@@ -93,6 +89,27 @@ class RedisSentinelTest : public ::testing::Test {
           absl::Seconds(30)))
           << "the sentinels did not find each other";
     }
+  }
+
+  // The configuration of sentinel `i` of those on `ports`. It is told what
+  // it would otherwise learn late: the replica (from the master's INFO,
+  // every 10 s) and the other sentinels (from their hello messages, every
+  // 2 s), which takes each test seconds less. Sentinel ids are 40 hex
+  // digits, here the sentinel's number.
+  std::string SentinelConfig(const std::vector<int>& ports, int i) const {
+    auto id = [](int n) { return absl::StrCat(std::string(39, '0'), n + 1); };
+    std::string config = absl::StrCat(
+        "sentinel myid ", id(i), "\nsentinel monitor ", kMasterName,
+        " 127.0.0.1 ", master_port_, " 2\nsentinel down-after-milliseconds ",
+        kMasterName, " 500\nsentinel failover-timeout ", kMasterName,
+        " 5000\nsentinel known-replica ", kMasterName, " 127.0.0.1 ",
+        replica_port_, "\n");
+    for (int j = 0; j < static_cast<int>(ports.size()); ++j) {
+      if (j == i) continue;
+      absl::StrAppend(&config, "sentinel known-sentinel ", kMasterName,
+                      " 127.0.0.1 ", ports[j], " ", id(j), "\n");
+    }
+    return config;
   }
 
   // A server with TCP on `port` (127.0.0.1), and its control connection on
