@@ -1,7 +1,8 @@
 // File: paddock/redis.h
 // -----------------------------------------------------------------------------
 // `paddock::RedisTier`: the `paddock::SharedTier` of a fleet, on one Redis
-// server (5.0 or later; 7 tested). Target `paddock::redis`, which links
+// server (5.0 or later; 7 tested), the master Redis Sentinel names, or a
+// Redis Cluster. Target `paddock::redis`, which links
 // hiredis; the core target `paddock::paddock` does not.
 //
 //   paddock::RedisOptions ro;
@@ -68,7 +69,7 @@ struct RedisTlsOptions {
 // `RedisTier::Connect` (`Validate`).
 struct RedisOptions {
   // "unix:<path>" for a unix socket, "<host>:<port>" or "[<ipv6>]:<port>"
-  // for TCP. Not used in Sentinel mode.
+  // for TCP. Not used (nor checked) in Sentinel or Cluster mode.
   std::string address = "127.0.0.1:6379";
 
   // Sentinel mode: set both, and the tier finds the master that these Redis
@@ -83,6 +84,22 @@ struct RedisOptions {
   // says what a failover costs.
   std::vector<std::string> sentinels;
   std::string master_name;
+
+  // Cluster mode: set, and the tier works with the Redis Cluster these
+  // nodes ("<host>:<port>" each, any of its nodes; asked in turn) belong
+  // to. It reads the slot map (CLUSTER SLOTS) at Connect and sends each
+  // call to the master of its key's slot, over a pool of its own per node
+  // (`pool_size` each) behind a circuit breaker of its own per node: a
+  // failing node costs its own slots only. A MOVED reply updates the map
+  // and the call is sent again where it names, an ASK reply (a slot being
+  // migrated) once with ASKING, both within `io_timeout`; a MOVED reply or
+  // a failing node also has the whole map read again in the background, at
+  // most every 100 ms, which is how a failover is followed. The change
+  // subscription is on one node, any: PUBLISH reaches every node of a
+  // cluster. `password`, `username` and `tls` apply to every node.
+  // docs/fleet.md ("Deploying: Redis Cluster") says what a failover and a
+  // migration cost. Not with `sentinels`; `address` is not used.
+  std::vector<std::string> cluster_nodes;
 
   // Who the tier is to Redis. With a `password`, every connection the tier
   // opens (the pool's, the change subscription's, reconnects) sends
@@ -150,11 +167,12 @@ struct RedisOptions {
   // RedisOptions::Validate()
   //
   // Returns `absl::InvalidArgumentError` naming the first bad field (an
-  // address that does not parse, a prefix with a brace, a username without
-  // a password, TLS on a unix socket or with half a client certificate, TLS
-  // files named while TLS is off, sentinels without a master name or the
-  // other way round, a sentinel that is not "<host>:<port>", a duration
-  // <= 0, a size < 1), else OK.
+  // address that does not parse, outside Sentinel and Cluster mode; a
+  // prefix with a brace, a username without a password, TLS on a unix
+  // socket or with half a client certificate, TLS files named while TLS is
+  // off, sentinels without a master name or the other way round, a sentinel
+  // or cluster node that is not "<host>:<port>", cluster nodes with
+  // sentinels, a duration <= 0, a size < 1), else OK.
   absl::Status Validate() const;
 };
 
@@ -192,6 +210,10 @@ struct RedisTierStats {
   uint64_t subscription_losses = 0;
   // Change messages received (fills, puts, invalidations, releases).
   uint64_t notifications = 0;
+  // Cluster mode: MOVED and ASK replies followed, and the slot map's reads
+  // (CLUSTER SLOTS, the one at Connect included).
+  uint64_t redirects = 0;
+  uint64_t slot_map_refreshes = 0;
 };
 
 // RedisTier

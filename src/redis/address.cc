@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace paddock::internal {
 namespace {
@@ -74,6 +75,12 @@ absl::StatusOr<RedisAddress> ParseRedisAddress(std::string_view text) {
   address.host = std::string(host);
   address.port = number;
   return address;
+}
+
+absl::StatusOr<RedisAddress> TcpAddress(absl::string_view host, int port) {
+  const bool v6 = host.find(':') != absl::string_view::npos;
+  return ParseRedisAddress(
+      absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port));
 }
 
 }  // namespace paddock::internal

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace paddock::internal {
 
@@ -28,6 +29,11 @@ struct RedisAddress {
 // Returns the address, or `absl::InvalidArgumentError` saying what is wrong
 // with it.
 absl::StatusOr<RedisAddress> ParseRedisAddress(std::string_view text);
+
+// The address of `host` (a name, an IPv4 or an IPv6 address) and `port`, as
+// a server names it (Sentinel, CLUSTER SLOTS): its `text` is
+// "<host>:<port>", with brackets around an IPv6 address.
+absl::StatusOr<RedisAddress> TcpAddress(absl::string_view host, int port);
 
 }  // namespace paddock::internal
 

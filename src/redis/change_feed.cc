@@ -229,7 +229,14 @@ ChangeFeed::Loop::OpenSubscribed() {
   const std::string_view args[] = {"SUBSCRIBE", config_.channel};
   absl::StatusOr<RedisReplyPtr> reply =
       (*connection)->Command(args, MonotonicNow() + config_.io_timeout);
-  if (!reply.ok()) return reply.status();
+  if (!reply.ok()) {
+    // A node that accepts connections but does not answer (hung): the next
+    // try goes elsewhere, if the endpoint has an elsewhere.
+    if (config_.endpoint.source != nullptr) {
+      config_.endpoint.source->Forget((*connection)->address());
+    }
+    return reply.status();
+  }
   const redisReply& r = **reply;
   if (r.type != REDIS_REPLY_ARRAY || r.elements != 3 ||
       !IsString(r.element[0], "subscribe")) {
@@ -403,6 +410,11 @@ void ChangeFeed::Loop::Run() {
 }
 
 void ChangeFeed::Loop::Lose() {
+  // Without a fixed address the next subscription goes elsewhere: another
+  // node of a cluster, or the master the sentinels name now.
+  if (connection_ != nullptr && config_.endpoint.source != nullptr) {
+    config_.endpoint.source->Forget(connection_->address());
+  }
   connection_.reset();
   pong_due_.reset();
   losses_.fetch_add(1, std::memory_order_relaxed);

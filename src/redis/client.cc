@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "paddock/clock.h"
-#include "redis/sentinel.h"
 
 namespace paddock::internal {
 
@@ -34,6 +34,13 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(
   }
   // The first connection becomes the pool's first idle one.
   client->pool_.Adopt(*std::move(connection));
+  return client;
+}
+
+std::unique_ptr<RedisClient> RedisClient::Unconnected(RedisClientConfig config,
+                                                      const RedisClient& like) {
+  std::unique_ptr<RedisClient> client(new RedisClient(std::move(config)));
+  client->shas_ = like.shas_;
   return client;
 }
 
@@ -82,7 +89,7 @@ absl::Status RedisClient::LoadScript(RedisConnection& connection, Script script,
 absl::StatusOr<RedisReplyPtr> RedisClient::EvalOn(
     RedisConnection& connection, Script script,
     absl::Span<const std::string_view> keys,
-    absl::Span<const std::string_view> args, absl::Time deadline) {
+    absl::Span<const std::string_view> args, bool asking, absl::Time deadline) {
   const std::string numkeys = absl::StrCat(keys.size());
   absl::InlinedVector<std::string_view, 20> argv;
   argv.push_back("EVALSHA");
@@ -91,7 +98,8 @@ absl::StatusOr<RedisReplyPtr> RedisClient::EvalOn(
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
 
-  absl::StatusOr<RedisReplyPtr> reply = connection.Command(argv, deadline);
+  absl::StatusOr<RedisReplyPtr> reply =
+      CommandOn(connection, argv, asking, deadline);
   if (!reply.ok()) return reply;
   const redisReply& r = **reply;
   if (r.type != REDIS_REPLY_ERROR ||
@@ -105,11 +113,24 @@ absl::StatusOr<RedisReplyPtr> RedisClient::EvalOn(
       !loaded.ok()) {
     return loaded;
   }
-  return connection.Command(argv, deadline);
+  return CommandOn(connection, argv, asking, deadline);
+}
+
+absl::StatusOr<RedisReplyPtr> RedisClient::CommandOn(
+    RedisConnection& connection, absl::Span<const std::string_view> args,
+    bool asking, absl::Time deadline) {
+  if (asking) {
+    // Lets the next command (one) run on a slot that is being imported.
+    const std::string_view asking_args[] = {"ASKING"};
+    absl::StatusOr<RedisReplyPtr> ok =
+        connection.Command(asking_args, deadline);
+    if (!ok.ok() || (*ok)->type == REDIS_REPLY_ERROR) return ok;
+  }
+  return connection.Command(args, deadline);
 }
 
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisClient::AcquireFor(
-    CircuitBreaker::Ticket ticket, absl::Time deadline) {
+    CircuitBreaker::Ticket ticket, absl::Time deadline, CallReport& report) {
   bool connect_failed = false;
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
       pool_.Acquire(deadline, &connect_failed);
@@ -122,13 +143,14 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisClient::AcquireFor(
     }
     breaker_.Report(ticket, connect_failed ? CircuitBreaker::Outcome::kFailure
                                            : CircuitBreaker::Outcome::kNeutral);
+    report.server_failed = connect_failed;
   }
   return connection;
 }
 
 absl::StatusOr<RedisReplyPtr> RedisClient::Settle(
     CircuitBreaker::Ticket ticket, std::unique_ptr<RedisConnection> connection,
-    absl::StatusOr<RedisReplyPtr> reply, bool* maybe_ran) {
+    absl::StatusOr<RedisReplyPtr> reply, CallReport& report) {
   CircuitBreaker::Outcome outcome = CircuitBreaker::Outcome::kSuccess;
   // Set for a reply from a demoted primary: every pooled connection
   // reaches it, so all are closed and the next calls connect anew.
@@ -144,17 +166,25 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Settle(
       outcome = CircuitBreaker::Outcome::kFailure;
     }
     wrong_server = IsWrongServerReply(**reply);
+    if (std::optional<Redirect> redirect =
+            ParseRedirect(**reply, config_.endpoint.address.host);
+        redirect.has_value()) {
+      report.redirect = *std::move(redirect);
+    }
+    report.try_again = absl::StartsWith(
+        absl::string_view((*reply)->str, (*reply)->len), "TRYAGAIN");
     reply = RedisErrorReply(config_.endpoint.address, **reply);
   }
   const bool transport_failed = connection->broken();
-  if (maybe_ran != nullptr) *maybe_ran = transport_failed && !reply.ok();
+  report.maybe_ran = transport_failed && !reply.ok();
+  report.server_failed = outcome == CircuitBreaker::Outcome::kFailure;
   // A server that lost the connection (a restart) lost the others too; one
   // that answered too slowly did not: its other connections stay pooled.
   const bool lost_server =
       transport_failed && !absl::IsDeadlineExceeded(reply.status());
   // In Sentinel mode, the next connection asks where the master is now.
-  if (wrong_server && config_.endpoint.sentinel != nullptr) {
-    config_.endpoint.sentinel->Forget(connection->address());
+  if (wrong_server && config_.endpoint.source != nullptr) {
+    config_.endpoint.source->Forget(connection->address());
   }
   pool_.Return(std::move(connection));
   if (outcome == CircuitBreaker::Outcome::kFailure) {
@@ -171,10 +201,11 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Settle(
 template <typename Run>
 absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
                                                 absl::Time deadline,
-                                                bool* maybe_ran) {
-  if (maybe_ran != nullptr) *maybe_ran = false;
+                                                CallReport& report) {
+  report = CallReport();
   const CircuitBreaker::Ticket ticket = breaker_.Admit();
   if (!ticket.admitted) {
+    report.server_failed = true;
     return absl::UnavailableError(absl::StrCat(
         "paddock::RedisTier: ", config_.endpoint.address.text,
         ": circuit breaker open after ", config_.breaker_failures,
@@ -183,7 +214,7 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
   }
   deadline = std::min(deadline, MonotonicNow() + config_.io_timeout);
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
-      AcquireFor(ticket, deadline);
+      AcquireFor(ticket, deadline, report);
   if (!connection.ok()) return connection.status();
   counters_.calls.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<RedisReplyPtr> reply = absl::UnknownError("not run");
@@ -197,26 +228,30 @@ absl::StatusOr<RedisReplyPtr> RedisClient::Call(const Run& run,
     breaker_.Report(ticket, CircuitBreaker::Outcome::kNeutral);
     throw;
   }
-  return Settle(ticket, *std::move(connection), std::move(reply), maybe_ran);
+  return Settle(ticket, *std::move(connection), std::move(reply), report);
 }
 
 absl::StatusOr<RedisReplyPtr> RedisClient::Eval(
     Script script, absl::Span<const std::string_view> keys,
-    absl::Span<const std::string_view> args, bool* maybe_ran) {
+    absl::Span<const std::string_view> args, const CallSpec& spec,
+    CallReport* report) {
+  CallReport ignored;
   return Call(
       [&](RedisConnection& connection, absl::Time deadline) {
-        return EvalOn(connection, script, keys, args, deadline);
+        return EvalOn(connection, script, keys, args, spec.asking, deadline);
       },
-      absl::InfiniteFuture(), maybe_ran);
+      spec.deadline, report != nullptr ? *report : ignored);
 }
 
 absl::StatusOr<RedisReplyPtr> RedisClient::Command(
-    absl::Span<const std::string_view> args, absl::Time deadline) {
+    absl::Span<const std::string_view> args, const CallSpec& spec,
+    CallReport* report) {
+  CallReport ignored;
   return Call(
       [&](RedisConnection& connection, absl::Time deadline) {
-        return connection.Command(args, deadline);
+        return CommandOn(connection, args, spec.asking, deadline);
       },
-      deadline);
+      spec.deadline, report != nullptr ? *report : ignored);
 }
 
 }  // namespace paddock::internal

@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "redis/address.h"
 #include "redis/circuit_breaker.h"
+#include "redis/cluster_map.h"
 #include "redis/connection.h"
 #include "redis/connection_pool.h"
 #include "redis/endpoint.h"
@@ -47,6 +48,29 @@ struct RedisClientCounters {
   std::atomic<uint64_t> bad_replies{0};
 };
 
+// How one call is to run.
+struct CallSpec {
+  // Give up then, if it comes before the I/O timeout.
+  absl::Time deadline = absl::InfiniteFuture();
+  // Send ASKING first (Redis Cluster, after an ASK redirect).
+  bool asking = false;
+};
+
+// How one call went, for the router that chooses the node (router.h).
+struct CallReport {
+  // The call failed after its command may have been on its way (a timeout,
+  // a lost connection): it may have run all the same.
+  bool maybe_ran = false;
+  // The server failed (unreachable, lost, timed out, busy) or the breaker
+  // refused the call: in a cluster, the slot may be served elsewhere now.
+  bool server_failed = false;
+  // A cluster node's MOVED or ASK reply (the call did not run).
+  Redirect redirect;
+  // A cluster node's TRYAGAIN: the call's keys are half migrated (it did
+  // not run).
+  bool try_again = false;
+};
+
 class RedisClient {
  public:
   // RedisClient::Connect()
@@ -57,24 +81,32 @@ class RedisClient {
   static absl::StatusOr<std::unique_ptr<RedisClient>> Connect(
       RedisClientConfig config);
 
+  // RedisClient::Unconnected()
+  //
+  // A client of another node of the cluster whose first node `like`
+  // connected: it knows the scripts' SHA1s (a node without them answers
+  // NOSCRIPT and gets them then) and connects at its first call.
+  static std::unique_ptr<RedisClient> Unconnected(RedisClientConfig config,
+                                                  const RedisClient& like);
+
   // RedisClient::Eval()
   //
-  // Runs `script` with `keys` and `args` and returns its reply; a Redis
-  // error reply becomes `absl::UnavailableError`. Blocks for at most the
-  // I/O timeout. With `maybe_ran`, sets it to whether a failed call may
-  // have run all the same (its connection failed after the command was on
-  // its way: a timeout, a lost connection). Thread-safe.
+  // Runs `script` with `keys` and `args` as `spec` says and returns its
+  // reply; a Redis error reply becomes a status (`ErrorReplyCode`), a MOVED
+  // or ASK reply `absl::UnavailableError` described in `report->redirect`.
+  // Blocks for at most the I/O timeout. Fills `report` (see CallReport).
+  // Thread-safe.
   absl::StatusOr<RedisReplyPtr> Eval(Script script,
                                      absl::Span<const std::string_view> keys,
                                      absl::Span<const std::string_view> args,
-                                     bool* maybe_ran = nullptr);
+                                     const CallSpec& spec, CallReport* report);
 
   // RedisClient::Command()
   //
-  // Runs one plain command, like Eval, but gives up at `deadline` if that
-  // comes before the I/O timeout.
+  // Runs one plain command, like Eval.
   absl::StatusOr<RedisReplyPtr> Command(absl::Span<const std::string_view> args,
-                                        absl::Time deadline);
+                                        const CallSpec& spec,
+                                        CallReport* report);
 
   // RedisClient::Reconnect()
   //
@@ -99,12 +131,12 @@ class RedisClient {
   // by the I/O timeout or `deadline`, whichever comes first.
   template <typename Run>
   absl::StatusOr<RedisReplyPtr> Call(const Run& run, absl::Time deadline,
-                                     bool* maybe_ran = nullptr);
+                                     CallReport& report);
   // Call()'s first step: a pooled connection by `deadline`. A failure is
   // reported on `ticket` here: a failed connect is the server's fault, a
   // pool that stayed busy is not.
   absl::StatusOr<std::unique_ptr<RedisConnection>> AcquireFor(
-      CircuitBreaker::Ticket ticket, absl::Time deadline);
+      CircuitBreaker::Ticket ticket, absl::Time deadline, CallReport& report);
   // Call()'s last step: judges `reply` for the breaker and the counters,
   // gives `connection` back (flushing the pool if the server was lost or is
   // the wrong one), reports `ticket`, and returns the reply with a Redis
@@ -112,14 +144,19 @@ class RedisClient {
   absl::StatusOr<RedisReplyPtr> Settle(
       CircuitBreaker::Ticket ticket,
       std::unique_ptr<RedisConnection> connection,
-      absl::StatusOr<RedisReplyPtr> reply, bool* maybe_ran);
+      absl::StatusOr<RedisReplyPtr> reply, CallReport& report);
 
-  // EVALSHA on `connection`, with SCRIPT LOAD and one retry after NOSCRIPT.
+  // EVALSHA on `connection` (after ASKING with `asking`), with SCRIPT LOAD
+  // and one retry after NOSCRIPT.
   absl::StatusOr<RedisReplyPtr> EvalOn(RedisConnection& connection,
                                        Script script,
                                        absl::Span<const std::string_view> keys,
                                        absl::Span<const std::string_view> args,
-                                       absl::Time deadline);
+                                       bool asking, absl::Time deadline);
+  // `args` on `connection`, after ASKING with `asking`.
+  static absl::StatusOr<RedisReplyPtr> CommandOn(
+      RedisConnection& connection, absl::Span<const std::string_view> args,
+      bool asking, absl::Time deadline);
   // SCRIPT LOAD on `connection`; checks the returned SHA1.
   absl::Status LoadScript(RedisConnection& connection, Script script,
                           absl::Time deadline);

@@ -31,7 +31,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "paddock/clock.h"
-#include "redis/sentinel.h"
 #include "redis/tls.h"
 
 namespace paddock::internal {
@@ -271,20 +270,21 @@ absl::Time MonotonicNow() { return SystemClock::Get()->Now(); }
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     const RedisEndpoint& endpoint, absl::Duration timeout) {
   const absl::Time deadline = MonotonicNow() + timeout;
-  if (endpoint.sentinel == nullptr) {
+  if (endpoint.source == nullptr) {
     return OpenAt(endpoint, endpoint.address, deadline);
   }
-  absl::StatusOr<RedisAddress> master = endpoint.sentinel->Master(deadline);
-  if (!master.ok()) return master.status();
+  absl::StatusOr<RedisAddress> located = endpoint.source->Locate(deadline);
+  if (!located.ok()) return located.status();
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
-      OpenAt(endpoint, *master, deadline);
-  absl::Status checked = connection.ok()
-                             ? (*connection)->CheckIsMaster(deadline)
-                             : connection.status();
+      OpenAt(endpoint, *located, deadline);
+  absl::Status checked = connection.status();
+  if (connection.ok() && endpoint.source->requires_master()) {
+    checked = (*connection)->CheckIsMaster(deadline);
+  }
   if (checked.ok()) return connection;
-  // No master there (or no answer in time): the next open asks the
-  // sentinels again, which is how a failover is followed.
-  endpoint.sentinel->Forget(master->text);
+  // Nothing there (or no master, or no answer in time): the next open goes
+  // elsewhere or asks again, which is how a failover is followed.
+  endpoint.source->Forget(located->text);
   return checked;
 }
 
@@ -585,7 +585,7 @@ bool IsServerUnhealthyReply(const redisReply& reply) {
   if (reply.type != REDIS_REPLY_ERROR || reply.str == nullptr) return false;
   const absl::string_view message(reply.str, reply.len);
   for (absl::string_view prefix :
-       {"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"}) {
+       {"BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN"}) {
     if (absl::StartsWith(message, prefix)) return true;
   }
   return IsWrongServerReply(reply);

@@ -149,6 +149,8 @@ absl::Status RedisErrorReply(const RedisAddress& address,
 
 // Whether an error reply says the server cannot serve now (busy running a
 // script, loading, no master...), which counts as a failure of the server.
+// Not TRYAGAIN: a cluster node's answer while the keys of a call's slot are
+// being migrated, which the router retries (router.h).
 bool IsServerUnhealthyReply(const redisReply& reply);
 
 // Whether an error reply says the connection reaches a server that can no

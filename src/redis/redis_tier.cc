@@ -29,10 +29,12 @@
 #include "redis/change_feed.h"
 #include "redis/change_log.h"
 #include "redis/client.h"
+#include "redis/cluster_map.h"
 #include "redis/connection.h"
 #include "redis/endpoint.h"
 #include "redis/lease_keeper.h"
 #include "redis/protocol.h"
+#include "redis/router.h"
 #include "redis/scripts.h"
 #include "redis/sentinel.h"
 #include "redis/subscriber_hub.h"
@@ -48,7 +50,7 @@ namespace internal {
 // carries on with them until the callback returns.
 class RedisTierState {
  public:
-  RedisTierState(const RedisOptions& options, std::unique_ptr<RedisClient> c)
+  RedisTierState(const RedisOptions& options, std::unique_ptr<RedisRouter> c)
       : options(options),
         channel(ChangeChannel(options.key_prefix)),
         client(std::move(c)),
@@ -59,7 +61,7 @@ class RedisTierState {
   const std::string channel;
   std::atomic<uint64_t> bad_records{0};
   std::atomic<uint64_t> oversized_records{0};
-  const std::unique_ptr<RedisClient> client;
+  const std::unique_ptr<RedisRouter> client;
   const std::shared_ptr<ChangeLog> log;
   const std::shared_ptr<SubscriberHub> hub;
   std::unique_ptr<ChangeFeed> feed;
@@ -118,7 +120,7 @@ size_t KeyHash(std::string_view key) {
   return std::hash<std::string_view>{}(key);
 }
 
-absl::StatusOr<int64_t> IntegerResult(internal::RedisClient& client,
+absl::StatusOr<int64_t> IntegerResult(internal::RedisRouter& client,
                                       absl::StatusOr<RedisReplyPtr> reply) {
   if (!reply.ok()) return reply.status();
   absl::StatusOr<int64_t> value = internal::ParseIntegerReply(**reply);
@@ -237,7 +239,7 @@ absl::StatusOr<SharedLookup> FinishLookup(internal::RedisTierState& s,
 // allowed, and running the probe shows that EVALSHA and the keys are. A
 // server before 7.0 cannot tell (no `redis.acl_check_cmd`): a refused
 // command then shows up as the calls' PermissionDenied.
-absl::Status CheckAcl(internal::RedisClient& client,
+absl::Status CheckAcl(internal::RedisRouter& client,
                       const internal::RedisEndpoint& endpoint,
                       const RedisOptions& options) {
   constexpr std::string_view kProbeKey = "paddock:acl-probe";
@@ -308,6 +310,20 @@ absl::Status CheckTls(const RedisTlsOptions& tls,
   return absl::OkStatus();
 }
 
+// Each of `addresses` (the field `field`) is "<host>:<port>".
+absl::Status CheckTcpAddresses(const char* field,
+                               const std::vector<std::string>& addresses) {
+  for (const std::string& text : addresses) {
+    absl::StatusOr<internal::RedisAddress> parsed =
+        internal::ParseRedisAddress(text);
+    if (!parsed.ok() || parsed->is_unix()) {
+      return Invalid(field, "\"<host>:<port>\" each",
+                     absl::StrCat("\"", text, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Validate's rules for Sentinel mode: both fields or neither, and every
 // sentinel a TCP address.
 absl::Status CheckSentinels(const RedisOptions& options) {
@@ -317,39 +333,55 @@ absl::Status CheckSentinels(const RedisOptions& options) {
                : Invalid("master_name", "set when sentinels are",
                          "an empty one");
   }
-  for (const std::string& sentinel : options.sentinels) {
-    absl::StatusOr<internal::RedisAddress> parsed =
-        internal::ParseRedisAddress(sentinel);
-    if (!parsed.ok() || parsed->is_unix()) {
-      return Invalid("sentinels", "\"<host>:<port>\" each",
-                     absl::StrCat("\"", sentinel, "\""));
-    }
-  }
-  return absl::OkStatus();
+  return CheckTcpAddresses("sentinels", options.sentinels);
 }
 
-// Where the tier connects: `options.address`, or in Sentinel mode the
-// master that the sentinels name at each new connection.
+// Validate's rules for Cluster mode: TCP seeds, and not with Sentinel.
+absl::Status CheckCluster(const RedisOptions& options) {
+  if (!options.cluster_nodes.empty() && !options.sentinels.empty()) {
+    return Invalid("cluster_nodes", "empty when sentinels are set",
+                   absl::StrCat(options.cluster_nodes.size(), " nodes"));
+  }
+  return CheckTcpAddresses("cluster_nodes", options.cluster_nodes);
+}
+
+absl::StatusOr<std::vector<internal::RedisAddress>> ParseAddresses(
+    const std::vector<std::string>& texts) {
+  std::vector<internal::RedisAddress> addresses;
+  for (const std::string& text : texts) {
+    absl::StatusOr<internal::RedisAddress> parsed =
+        internal::ParseRedisAddress(text);
+    if (!parsed.ok()) return parsed.status();
+    addresses.push_back(*std::move(parsed));
+  }
+  return addresses;
+}
+
+// Where the tier connects: `options.address`; in Sentinel mode the master
+// that the sentinels name at each new connection; in Cluster mode the
+// nodes of the slot map (the router's), the endpoint naming the cluster.
 absl::StatusOr<internal::RedisEndpoint> MakeEndpoint(
     const RedisOptions& options) {
+  if (!options.cluster_nodes.empty()) {
+    internal::RedisEndpoint endpoint;
+    endpoint.address.text = absl::StrCat(
+        "cluster (", absl::StrJoin(options.cluster_nodes, ", "), ")");
+    return endpoint;
+  }
   if (options.sentinels.empty()) {
     absl::StatusOr<internal::RedisAddress> address =
         internal::ParseRedisAddress(options.address);
     if (!address.ok()) return address.status();
     return internal::RedisEndpoint{.address = *std::move(address)};
   }
-  std::vector<internal::RedisAddress> sentinels;
-  for (const std::string& sentinel : options.sentinels) {
-    absl::StatusOr<internal::RedisAddress> parsed =
-        internal::ParseRedisAddress(sentinel);
-    if (!parsed.ok()) return parsed.status();
-    sentinels.push_back(*std::move(parsed));
-  }
-  auto locator = std::make_shared<internal::MasterLocator>(std::move(sentinels),
-                                                           options.master_name);
+  absl::StatusOr<std::vector<internal::RedisAddress>> sentinels =
+      ParseAddresses(options.sentinels);
+  if (!sentinels.ok()) return sentinels.status();
+  auto locator = std::make_shared<internal::MasterLocator>(
+      *std::move(sentinels), options.master_name);
   internal::RedisEndpoint endpoint;
   endpoint.address.text = locator->description();
-  endpoint.sentinel = std::move(locator);
+  endpoint.source = std::move(locator);
   return endpoint;
 }
 
@@ -371,14 +403,42 @@ absl::StatusOr<internal::RedisEndpoint> MakeAuthenticatedEndpoint(
   return endpoint;
 }
 
+// Subscribes `s` to its change channel, where `endpoint` says; in Cluster
+// mode on any node, since PUBLISH reaches every node of a cluster.
+absl::Status StartChangeFeed(internal::RedisTierState& s,
+                             const internal::RedisEndpoint& endpoint,
+                             const RedisOptions& options) {
+  internal::RedisEndpoint feed_endpoint = endpoint;
+  if (s.client->cluster_map() != nullptr) {
+    feed_endpoint.source = s.client->cluster_map();
+  }
+  s.feed = std::make_unique<internal::ChangeFeed>(
+      internal::ChangeFeedConfig{
+          .endpoint = std::move(feed_endpoint),
+          .channel = s.channel,
+          .connect_timeout = options.connect_timeout,
+          .io_timeout = options.io_timeout,
+          .health_check_interval = options.health_check_interval,
+      },
+      s.log, s.hub);
+  return s.feed->Start();
+}
+
 }  // namespace
 
 absl::Status RedisOptions::Validate() const {
-  absl::StatusOr<internal::RedisAddress> parsed =
-      internal::ParseRedisAddress(address);
-  if (!parsed.ok()) return parsed.status();
-  if (absl::Status s = CheckTls(tls, *parsed); !s.ok()) return s;
+  // `address` is where the tier connects only outside Sentinel and Cluster
+  // mode; there, it is not used, and what TLS is checked against is TCP.
+  internal::RedisAddress connects_to;
+  if (sentinels.empty() && cluster_nodes.empty()) {
+    absl::StatusOr<internal::RedisAddress> parsed =
+        internal::ParseRedisAddress(address);
+    if (!parsed.ok()) return parsed.status();
+    connects_to = *std::move(parsed);
+  }
+  if (absl::Status s = CheckTls(tls, connects_to); !s.ok()) return s;
   if (absl::Status s = CheckSentinels(*this); !s.ok()) return s;
+  if (absl::Status s = CheckCluster(*this); !s.ok()) return s;
   if (!username.empty() && password.empty()) {
     return Invalid("password", "set when username is (a nopass user takes any)",
                    "an empty one");
@@ -430,14 +490,21 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
   if (!made.ok()) return made.status();
   const internal::RedisEndpoint& endpoint = *made;
 
-  absl::StatusOr<std::unique_ptr<internal::RedisClient>> client =
-      internal::RedisClient::Connect(internal::RedisClientConfig{
-          .endpoint = endpoint,
-          .io_timeout = options.io_timeout,
-          .connect_timeout = options.connect_timeout,
-          .pool_size = options.pool_size,
-          .breaker_failures = options.breaker_failures,
-          .breaker_cooldown = options.breaker_cooldown,
+  absl::StatusOr<std::vector<internal::RedisAddress>> seeds =
+      ParseAddresses(options.cluster_nodes);
+  if (!seeds.ok()) return seeds.status();
+  absl::StatusOr<std::unique_ptr<internal::RedisRouter>> client =
+      internal::RedisRouter::Connect(internal::RedisRouterConfig{
+          .client =
+              internal::RedisClientConfig{
+                  .endpoint = endpoint,
+                  .io_timeout = options.io_timeout,
+                  .connect_timeout = options.connect_timeout,
+                  .pool_size = options.pool_size,
+                  .breaker_failures = options.breaker_failures,
+                  .breaker_cooldown = options.breaker_cooldown,
+              },
+          .cluster_seeds = *std::move(seeds),
       });
   if (!client.ok()) return client.status();
   if (absl::Status allowed = CheckAcl(**client, endpoint, options);
@@ -448,20 +515,15 @@ absl::StatusOr<std::shared_ptr<RedisTier>> RedisTier::ConnectOrThrow(
   auto state =
       std::make_unique<internal::RedisTierState>(options, *std::move(client));
   internal::RedisTierState* s = state.get();
-  s->feed = std::make_unique<internal::ChangeFeed>(
-      internal::ChangeFeedConfig{
-          .endpoint = endpoint,
-          .channel = s->channel,
-          .connect_timeout = options.connect_timeout,
-          .io_timeout = options.io_timeout,
-          .health_check_interval = options.health_check_interval,
-      },
-      s->log, s->hub);
-  if (absl::Status started = s->feed->Start(); !started.ok()) return started;
-  if (endpoint.sentinel != nullptr) {
+  if (absl::Status started = StartChangeFeed(*s, endpoint, options);
+      !started.ok()) {
+    return started;
+  }
+  if (!options.sentinels.empty()) {
     // A failover the sentinels announce moves every connection at once.
     s->watch = std::make_unique<internal::SentinelWatch>(
-        endpoint.sentinel.get(), options.connect_timeout, [s] {
+        static_cast<internal::MasterLocator*>(endpoint.source.get()),
+        options.connect_timeout, [s] {
           s->client->Reconnect();
           s->feed->Resubscribe();
         });
@@ -682,7 +744,7 @@ bool RedisTier::AwaitChangeOrThrow(std::string_view key,
         absl::DeadlineExceededError("no time left to poll");
     if (deadline - internal::MonotonicNow() >= s.options.io_timeout) {
       const std::string_view get[] = {"GET", lease_key};
-      reply = s.client->Command(get, deadline);
+      reply = s.client->Command(lease_key, get, deadline);
     }
     if (reply.ok()) {
       absl::StatusOr<std::optional<std::string>> lease =
@@ -719,17 +781,10 @@ const RedisOptions& RedisTier::options() const { return state_->options; }
 
 RedisTierStats RedisTier::stats() const {
   const internal::RedisTierState& s = *state_;
-  const internal::RedisClientCounters& c = s.client->counters();
   RedisTierStats stats;
-  stats.calls = c.calls.load(std::memory_order_relaxed);
-  stats.failures = c.failures.load(std::memory_order_relaxed);
-  stats.timeouts = c.timeouts.load(std::memory_order_relaxed);
-  stats.breaker_rejections = s.client->breaker().rejections();
-  stats.breaker_opens = s.client->breaker().opens();
-  stats.script_loads = c.script_loads.load(std::memory_order_relaxed);
+  s.client->AddStats(stats);
   stats.bad_records = s.bad_records.load(std::memory_order_relaxed);
   stats.oversized_records = s.oversized_records.load(std::memory_order_relaxed);
-  stats.bad_replies = c.bad_replies.load(std::memory_order_relaxed);
   stats.leases_extended = s.keeper->extensions();
   stats.leases_given_back = s.keeper->released();
   stats.subscription_losses = s.feed->losses();

@@ -28,14 +28,6 @@
 namespace paddock::internal {
 namespace {
 
-// The address of `host` (a name, an IPv4 or an IPv6 address) and `port`.
-absl::StatusOr<RedisAddress> HostAndPort(absl::string_view host, int port) {
-  // An IPv6 address takes brackets in "<host>:<port>".
-  const bool v6 = host.find(':') != absl::string_view::npos;
-  return ParseRedisAddress(
-      absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port));
-}
-
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 // A subscription silent this long is pinged; unanswered by the next, lost.
@@ -55,7 +47,7 @@ MasterLocator::MasterLocator(std::vector<RedisAddress> sentinels,
       master_name_(std::move(master_name)),
       description_(absl::StrCat("master \"", master_name_, "\" (Sentinel)")) {}
 
-absl::StatusOr<RedisAddress> MasterLocator::Master(absl::Time deadline) {
+absl::StatusOr<RedisAddress> MasterLocator::Locate(absl::Time deadline) {
   size_t first = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -132,8 +124,8 @@ absl::StatusOr<RedisAddress> MasterLocator::Ask(const RedisAddress& sentinel,
     return absl::UnavailableError(
         absl::StrCat(prefix, "answered no address (is it a sentinel?)"));
   }
-  absl::StatusOr<RedisAddress> master = HostAndPort(
-      absl::string_view(r.element[0]->str, r.element[0]->len), port);
+  absl::StatusOr<RedisAddress> master =
+      TcpAddress(absl::string_view(r.element[0]->str, r.element[0]->len), port);
   if (!master.ok()) {
     return absl::UnavailableError(
         absl::StrCat(prefix, master.status().message()));
@@ -230,7 +222,7 @@ void SentinelWatch::Handle(const redisReply& reply) {
       !absl::SimpleAtoi(parts[4], &port)) {
     return;
   }
-  absl::StatusOr<RedisAddress> master = HostAndPort(parts[3], port);
+  absl::StatusOr<RedisAddress> master = TcpAddress(parts[3], port);
   if (!master.ok()) return;
   locator_->Switched(*std::move(master));
   switches_.fetch_add(1, std::memory_order_relaxed);

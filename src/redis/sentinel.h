@@ -34,12 +34,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "redis/address.h"
+#include "redis/endpoint.h"
 
 namespace paddock::internal {
 
 class RedisConnection;  // redis/connection.h
 
-class MasterLocator {
+class MasterLocator final : public AddressSource {
  public:
   // `sentinels`: where to ask, in the order given; `master_name`: the name
   // they monitor the master under (`sentinel monitor <name> ...`).
@@ -47,7 +48,7 @@ class MasterLocator {
   MasterLocator(const MasterLocator&) = delete;
   MasterLocator& operator=(const MasterLocator&) = delete;
 
-  // MasterLocator::Master()
+  // MasterLocator::Locate()
   //
   // The master's address: the one found last, or else the first answer of
   // the sentinels, asked in turn (the one that answered last first), each
@@ -57,14 +58,17 @@ class MasterLocator {
   // master and the sentinels' answers when none names a master (down,
   // unknown name, no answer in time). Thread-safe; concurrent callers may
   // each ask.
-  absl::StatusOr<RedisAddress> Master(absl::Time deadline)
+  absl::StatusOr<RedisAddress> Locate(absl::Time deadline) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // MasterLocator::Forget()
   //
   // Forgets the master found last if its address is `address_text`: a
   // connection found no master there. Thread-safe; never blocks on I/O.
-  void Forget(std::string_view address_text) ABSL_LOCKS_EXCLUDED(mu_);
+  void Forget(std::string_view address_text) override ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A master it is: the connection checks ROLE.
+  bool requires_master() const override { return true; }
 
   // MasterLocator::Switched()
   //

@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "redis/address.h"
+#include "redis/cluster_map.h"
 #include "redis/connection.h"
 
 namespace paddock::internal {
@@ -77,6 +79,8 @@ TEST(KeysTest, RecordAndLeaseShareANonEmptyHashTag) {
     EXPECT_EQ(lease.substr(lease.size() - 2), ":l");
   }
   EXPECT_EQ(RecordKey("svc:v1:", "user:42"), "svc:v1:{user:42}:v");
+  EXPECT_EQ(KeySlot(RecordKey("svc:v1:", "")),
+            KeySlot(LeaseKey("svc:v1:", "")));
   EXPECT_EQ(LeaseKey("svc:v1:", "user:42"), "svc:v1:{user:42}:l");
   EXPECT_EQ(ChangeChannel("svc:v1:"), "svc:v1:changes");
 }
@@ -378,6 +382,128 @@ TEST(AddressTest, RefusesMalformedOnes) {
   }
   EXPECT_EQ(ParseRedisAddress("unix:/" + std::string(200, 'x')).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// ---- Redis Cluster ----------------------------------------------------------
+
+TEST(ClusterTest, KeySlotIsCrc16OfTheHashTagAsRedisComputesIt) {
+  // Values from CLUSTER KEYSLOT on Redis 7.0.
+  EXPECT_EQ(KeySlot("foo"), 12182);
+  EXPECT_EQ(KeySlot("123456789"), 0x31C3 % kClusterSlots);
+  EXPECT_EQ(KeySlot("{user1000}.following"), KeySlot("user1000"));
+  EXPECT_NE(KeySlot("foo{}{bar}"), KeySlot("bar"));  // Empty tag: whole key.
+  EXPECT_EQ(KeySlot("foo{{bar}}zap"), KeySlot("{bar"));
+  EXPECT_EQ(KeySlot(""), 0);
+  for (int i = 0; i < 1000; ++i) {
+    const int slot = KeySlot(absl::StrCat("key", i));
+    EXPECT_GE(slot, 0);
+    EXPECT_LT(slot, kClusterSlots);
+  }
+}
+
+TEST(ClusterTest, ParsesMovedAndAskOnly) {
+  RedisReplyPtr moved = Reply("-MOVED 3999 127.0.0.1:6381\r\n");
+  std::optional<Redirect> m = ParseRedirect(*moved, "10.0.0.1");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->kind, Redirect::Kind::kMoved);
+  EXPECT_EQ(m->slot, 3999);
+  EXPECT_EQ(m->to.text, "127.0.0.1:6381");
+  EXPECT_EQ(m->to.port, 6381);
+
+  RedisReplyPtr ask = Reply("-ASK 1 :7000\r\n");  // A node without its IP.
+  std::optional<Redirect> a = ParseRedirect(*ask, "10.0.0.1");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->kind, Redirect::Kind::kAsk);
+  EXPECT_EQ(a->to.text, "10.0.0.1:7000");
+
+  RedisReplyPtr v6 = Reply("-MOVED 2 [::1]:7001\r\n");
+  std::optional<Redirect> six = ParseRedirect(*v6, "");
+  ASSERT_TRUE(six.has_value());
+  EXPECT_EQ(six->to.host, "::1");
+
+  for (const char* other :
+       {"-ERR unknown\r\n", "-MOVED x 1.2.3.4:5\r\n",
+        "-MOVED 16384 1.2.3.4:5\r\n", "-MOVED 1 nowhere\r\n",
+        "+MOVED 1 1.2.3.4:5\r\n", ":1\r\n"}) {
+    RedisReplyPtr reply = Reply(other);
+    ASSERT_NE(reply, nullptr) << other;
+    EXPECT_FALSE(ParseRedirect(*reply, "h").has_value()) << other;
+  }
+}
+
+// A CLUSTER SLOTS entry: {first, last, master, replicas...}, a node being
+// {host, port, id}.
+std::string SlotEntry(int first, int last,
+                      const std::vector<std::pair<std::string, int>>& nodes) {
+  std::vector<std::string> entry = {Int(first), Int(last)};
+  for (const auto& [host, port] : nodes) {
+    entry.push_back(Array({Bulk(host), Int(port), Bulk("id")}));
+  }
+  return Array(entry);
+}
+
+TEST(ClusterTest, ParsesClusterSlotsAndRefusesOtherShapes) {
+  RedisReplyPtr reply = Reply(
+      Array({SlotEntry(0, 5460, {{"127.0.0.1", 7000}, {"127.0.0.1", 7003}}),
+             SlotEntry(5461, 10922, {{"", 7001}}),       // On the node asked.
+             SlotEntry(10923, 16383, {{"?", 7002}})}));  // An unknown address.
+  absl::StatusOr<std::vector<SlotRange>> ranges =
+      ParseClusterSlots(*reply, "10.1.1.1");
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  ASSERT_EQ(ranges->size(), 2u);
+  EXPECT_EQ((*ranges)[0].master.text, "127.0.0.1:7000");
+  ASSERT_EQ((*ranges)[0].replicas.size(), 1u);
+  EXPECT_EQ((*ranges)[0].replicas[0].text, "127.0.0.1:7003");
+  EXPECT_EQ((*ranges)[1].first, 5461);
+  EXPECT_EQ((*ranges)[1].master.text, "10.1.1.1:7001");
+
+  for (const std::string& bad :
+       {Int(1), Array({Int(1)}), Array({Array({Int(5), Int(1), Int(0)})}),
+        Array({SlotEntry(0, 16384, {{"h", 1}})}),
+        Array({Array({Bulk("0"), Int(1), Array({Bulk("h"), Int(1)})})})}) {
+    RedisReplyPtr r = Reply(bad);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(ParseClusterSlots(*r, "h").status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+}
+
+TEST(ClusterTest, TheMapFollowsUpdatesAndMovesAndRotatesItsNodes) {
+  absl::StatusOr<RedisAddress> seed = ParseRedisAddress("127.0.0.1:7000");
+  ASSERT_TRUE(seed.ok());
+  ClusterMap map({*seed});
+  EXPECT_FALSE(map.MasterOf(0).has_value());
+  ASSERT_TRUE(map.Locate(absl::InfiniteFuture()).ok());
+  EXPECT_EQ(map.Locate(absl::InfiniteFuture())->text, "127.0.0.1:7000");
+
+  RedisReplyPtr reply =
+      Reply(Array({SlotEntry(0, 99, {{"127.0.0.1", 7001}, {"127.0.0.1", 7011}}),
+                   SlotEntry(100, 16383, {{"127.0.0.1", 7002}})}));
+  absl::StatusOr<std::vector<SlotRange>> ranges = ParseClusterSlots(*reply, "");
+  ASSERT_TRUE(ranges.ok());
+  map.Update(*ranges);
+  EXPECT_EQ(map.MasterOf(99)->text, "127.0.0.1:7001");
+  EXPECT_EQ(map.MasterOf(100)->text, "127.0.0.1:7002");
+  std::vector<std::string> masters;
+  for (const RedisAddress& m : map.masters()) masters.push_back(m.text);
+  EXPECT_THAT(masters, ElementsAre("127.0.0.1:7001", "127.0.0.1:7002"));
+
+  absl::StatusOr<RedisAddress> to = ParseRedisAddress("127.0.0.1:7002");
+  map.Moved(5, *to);
+  EXPECT_EQ(map.MasterOf(5)->text, "127.0.0.1:7002");
+  EXPECT_EQ(map.MasterOf(6)->text, "127.0.0.1:7001");
+
+  // Masters, then replicas, then seeds; a Forget moves on from the node
+  // named last only.
+  std::vector<std::string> candidates;
+  for (const RedisAddress& c : map.Candidates()) candidates.push_back(c.text);
+  EXPECT_THAT(candidates, ElementsAre("127.0.0.1:7001", "127.0.0.1:7002",
+                                      "127.0.0.1:7011", "127.0.0.1:7000"));
+  const std::string first = map.Locate(absl::InfiniteFuture())->text;
+  map.Forget("127.0.0.1:9999");
+  EXPECT_EQ(map.Locate(absl::InfiniteFuture())->text, first);
+  map.Forget(first);
+  EXPECT_NE(map.Locate(absl::InfiniteFuture())->text, first);
 }
 
 }  // namespace

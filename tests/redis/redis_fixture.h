@@ -157,6 +157,32 @@ inline int FleetLoadsOfAColdKey(
   return loads;
 }
 
+// Records how long after a master's failure its replica was `promoted` and
+// the tier `recovered` (test properties promoted_ms, recovered_ms: the
+// numbers of docs/fleet.md, "Deploying"), and expects the tier to follow a
+// promotion within 5 s.
+inline void RecordFailover(absl::Duration promoted, absl::Duration recovered) {
+  ::testing::Test::RecordProperty(
+      "promoted_ms", absl::StrCat(absl::ToInt64Milliseconds(promoted)));
+  ::testing::Test::RecordProperty(
+      "recovered_ms", absl::StrCat(absl::ToInt64Milliseconds(recovered)));
+  EXPECT_LT(recovered - promoted, absl::Seconds(5));
+}
+
+// The options of a tier in a failover mode (Sentinel, Cluster) with key
+// prefix `prefix`: io_timeout 1 s, connect_timeout 500 ms, lease_for 10 s and
+// a breaker that probes every 200 ms, so that a test sees a failover through.
+inline RedisOptions FailoverTierOptions(std::string prefix) {
+  RedisOptions options;
+  options.key_prefix = std::move(prefix);
+  options.io_timeout = absl::Seconds(1);
+  options.connect_timeout = absl::Milliseconds(500);
+  options.lease_for = absl::Seconds(10);
+  options.breaker_cooldown = absl::Milliseconds(200);
+  options.health_check_interval = absl::Milliseconds(200);
+  return options;
+}
+
 class RedisTest : public ::testing::Test {
  protected:
   // `prefix`: the key prefix of TierOptions().

@@ -6,7 +6,8 @@ if(NOT TARGET paddock_test_redis_server)
   add_library(
     paddock_test_redis_server STATIC
     "${CMAKE_CURRENT_LIST_DIR}/redis_server.cc"
-    "${CMAKE_CURRENT_LIST_DIR}/child_process.cc")
+    "${CMAKE_CURRENT_LIST_DIR}/child_process.cc"
+    "${CMAKE_CURRENT_LIST_DIR}/redis_cluster.cc")
   target_include_directories(paddock_test_redis_server
                              PUBLIC "${CMAKE_CURRENT_LIST_DIR}")
   target_compile_features(paddock_test_redis_server PUBLIC cxx_std_20)
