@@ -194,7 +194,7 @@ foreach(i RANGE ${last})
     expect("SingleFlight: at most one load per pod and expiry (+1), got ${fleet_loads} > ${bound}"
            NOT fleet_loads GREATER bound)
   endif()
-  if(policy STREQUAL "SingleFlight" AND SHARED STREQUAL "redis")
+  if(policy STREQUAL "SingleFlight" AND SHARED MATCHES "^redis")
     # One load per expiry for the whole fleet: the pods share one lease.
     # 1.5 leaves room for a cold start and a lease lost at a busy moment.
     expect("SingleFlight: fleet.loads_per_expiry <= 1.5 with a shared tier, got ${fleet_loads_per_expiry}"
@@ -224,8 +224,13 @@ foreach(i RANGE ${last})
   endif()
 endforeach()
 
-expect("NaiveJitter loads (${hot_loads_NaiveJitter}) >= SingleFlight loads (${hot_loads_SingleFlight})"
-       NOT hot_loads_NaiveJitter LESS hot_loads_SingleFlight)
+# Each pod on its own: NaiveJitter does not coalesce, SingleFlight does. With
+# a shared tier both take the key's lease for the fleet and load about once
+# per expiry, either one a little more by chance.
+if(SHARED STREQUAL "none")
+  expect("NaiveJitter loads (${hot_loads_NaiveJitter}) >= SingleFlight loads (${hot_loads_SingleFlight})"
+         NOT hot_loads_NaiveJitter LESS hot_loads_SingleFlight)
+endif()
 
 # The CSV: its header and at least one row per policy.
 file(STRINGS "${csv_path}" csv_lines)

@@ -34,6 +34,7 @@
 #include "postgres/throwaway_postgres.h"
 #endif
 #ifdef PADDOCK_REPLAY_REDIS
+#include "redis_cluster.h"
 #include "redis_server.h"
 #endif
 
@@ -58,7 +59,8 @@ ABSL_FLAG(int, pods, 1,
           "server processes (forked), each with its own workers, cache and "
           "connection pool, all on the server CPU; requests go round-robin");
 ABSL_FLAG(std::string, shared, "none",
-          "the tier the pods' caches share: none (or redis, once built in)");
+          "the tier the pods' caches share: none, or (once built in) redis "
+          "(one redis-server) or redis-cluster (3 masters, 3 replicas)");
 ABSL_FLAG(std::string, backend, "cpu",
           "what the hot key's rebuild runs against: cpu (the cost model) or "
           "postgres (SQL on a real PostgreSQL)");
@@ -197,6 +199,18 @@ std::vector<char*> DashesToUnderscores(int argc, char** argv,
   return out;
 }
 
+#ifdef PADDOCK_REPLAY_REDIS
+// The exit code when the run's Redis did not start: 77 ("skipped"), as for a
+// missing PostgreSQL server, when no redis-server is installed, which is not
+// a failure of the replay; else 1.
+int RedisNotStarted(const RunConfig& config, const absl::Status& status) {
+  std::fprintf(stderr, "paddock_replay: --shared=%s: %s\n",
+               SharedTierName(config.shared).c_str(),
+               status.ToString().c_str());
+  return absl::IsNotFound(status) ? 77 : 1;
+}
+#endif
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Replays the seeds' hot-key scenario under no cache and each paddock "
@@ -251,11 +265,12 @@ int Main(int argc, char** argv) {
   config.shared = *shared;
   config.backend = *backend;
 #ifndef PADDOCK_REPLAY_REDIS
-  if (config.shared == SharedTierKind::kRedis) {
+  if (config.shared != SharedTierKind::kNone) {
     std::fprintf(stderr,
-                 "paddock_replay: --shared=redis: built without the Redis "
+                 "paddock_replay: --shared=%s: built without the Redis "
                  "tier (Debian: libhiredis-dev, redis-server; "
-                 "scripts/install-deps installs them)\n");
+                 "scripts/install-deps installs them)\n",
+                 SharedTierName(config.shared).c_str());
     return 2;
   }
 #endif
@@ -340,25 +355,33 @@ int Main(int argc, char** argv) {
 
 #ifdef PADDOCK_REPLAY_REDIS
   // The fleet's tier: a redis-server of our own on a unix socket in a
-  // temporary directory, no TCP port, nothing saved; stopped by pid when
-  // `redis` goes. On the database's CPU: in production it is another
-  // machine, not the pods' CPU.
+  // temporary directory, or a cluster of our own on loopback ports, nothing
+  // saved; stopped by pid when `redis` or `cluster` goes. On the database's
+  // CPU: in production it is other machines, not the pods' CPU.
   std::unique_ptr<testing::RedisServer> redis;
+  std::unique_ptr<testing::RedisCluster> cluster;
+  std::vector<int> redis_pids;
   if (config.shared == SharedTierKind::kRedis) {
     absl::StatusOr<std::unique_ptr<testing::RedisServer>> started =
         testing::RedisServer::Start();
-    if (!started.ok()) {
-      std::fprintf(stderr, "paddock_replay: --shared=redis: %s\n",
-                   started.status().ToString().c_str());
-      // 77 ("skipped"), as for a missing PostgreSQL server: no redis-server
-      // is installed, which is not a failure of the replay.
-      return absl::IsNotFound(started.status()) ? 77 : 1;
-    }
+    if (!started.ok()) return RedisNotStarted(config, started.status());
     redis = *std::move(started);
     config.redis_address = redis->address();
-    const int redis_cpu =
-        config.db_cpu >= 0 ? config.db_cpu : config.cpus.client_cpu;
-    if (absl::Status s = PinProcess(redis->pid(), redis_cpu); !s.ok()) {
+    redis_pids.push_back(redis->pid());
+  } else if (config.shared == SharedTierKind::kRedisCluster) {
+    absl::StatusOr<std::unique_ptr<testing::RedisCluster>> started =
+        testing::RedisCluster::Start();
+    if (!started.ok()) return RedisNotStarted(config, started.status());
+    cluster = *std::move(started);
+    config.redis_cluster_nodes = cluster->addresses();
+    for (int i = 0; i < cluster->size(); ++i) {
+      redis_pids.push_back(cluster->node(i).pid());
+    }
+  }
+  const int redis_cpu =
+      config.db_cpu >= 0 ? config.db_cpu : config.cpus.client_cpu;
+  for (int pid : redis_pids) {
+    if (absl::Status s = PinProcess(pid, redis_cpu); !s.ok()) {
       std::fprintf(stderr, "paddock_replay: %s\n", s.ToString().c_str());
       return 1;
     }

@@ -227,12 +227,13 @@ int PodMain(const RunConfig& config, const HandlerFactory& factory,
 #endif
   }
   PodState state{s, metrics, control.abort, *backend, nullptr};
-  if (config.shared == SharedTierKind::kRedis) {
+  if (config.shared != SharedTierKind::kNone) {
 #ifdef PADDOCK_REPLAY_REDIS
     // Each pod connects after the fork: a tier's connections and threads
     // belong to one process.
     RedisOptions tier_options;
     tier_options.address = config.redis_address;
+    tier_options.cluster_nodes = config.redis_cluster_nodes;
     tier_options.key_prefix = config.redis_key_prefix;
     absl::StatusOr<std::shared_ptr<RedisTier>> tier =
         RedisTier::Connect(tier_options);
@@ -479,14 +480,24 @@ std::vector<std::string> PolicyNames() {
 }
 
 std::string SharedTierName(SharedTierKind kind) {
-  return kind == SharedTierKind::kRedis ? "redis" : "none";
+  switch (kind) {
+    case SharedTierKind::kRedis:
+      return "redis";
+    case SharedTierKind::kRedisCluster:
+      return "redis-cluster";
+    case SharedTierKind::kNone:
+      break;
+  }
+  return "none";
 }
 
 absl::StatusOr<SharedTierKind> ParseSharedTier(const std::string& name) {
   if (name == "none") return SharedTierKind::kNone;
   if (name == "redis") return SharedTierKind::kRedis;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "paddock_replay: unknown --shared '", name, "'; expected none or redis"));
+  if (name == "redis-cluster") return SharedTierKind::kRedisCluster;
+  return absl::InvalidArgumentError(
+      absl::StrCat("paddock_replay: unknown --shared '", name,
+                   "'; expected none, redis or redis-cluster"));
 }
 
 absl::StatusOr<PolicyResult> RunPolicy(const RunConfig& config,

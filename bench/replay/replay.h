@@ -25,9 +25,9 @@ namespace paddock::replay {
 std::vector<std::string> PolicyNames();
 
 // The tier the pods' caches share (`--shared`).
-enum class SharedTierKind { kNone, kRedis };
+enum class SharedTierKind { kNone, kRedis, kRedisCluster };
 
-// "none" or "redis".
+// "none", "redis" or "redis-cluster".
 std::string SharedTierName(SharedTierKind kind);
 
 // Parses `--shared`; InvalidArgumentError naming the choices.
@@ -46,6 +46,8 @@ struct RunConfig {
   // kRedis: the server every pod connects to ("unix:<path>"), and the key
   // prefix of this run (each policy's run starts with an empty tier).
   std::string redis_address;
+  // kRedisCluster: the cluster's nodes ("127.0.0.1:<port>" each).
+  std::vector<std::string> redis_cluster_nodes;
   std::string redis_key_prefix = "replay:v1:";
 
   // What the hot key's rebuild runs against.

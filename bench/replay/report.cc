@@ -57,13 +57,13 @@ std::string FormatFleetTable(const RunConfig& config,
                              const std::vector<PolicyResult>& results) {
   const double seconds = absl::ToDoubleSeconds(config.scenario.Duration());
   std::string out =
-      fmt::format("{:<13}{:>5}{:>8}{:>7}{:>7} | {:>9}{:>8}{:>8}{:>8}{:>7}\n",
+      fmt::format("{:<13}{:>5}{:>14}{:>7}{:>7} | {:>9}{:>8}{:>8}{:>8}{:>7}\n",
                   "fleet", "pods", "shared", "loads", "/exp", "queries", "q/s",
                   "db max", "db cpu", "other");
   for (const PolicyResult& r : results) {
     out += fmt::format(
-        "{:<13}{:>5}{:>8}{:>7}{:>7} | {:>9}{:>8.3g}{:>8}{:>8}{:>7}\n", r.policy,
-        r.fleet.pods, r.fleet.shared, r.fleet.loads,
+        "{:<13}{:>5}{:>14}{:>7}{:>7} | {:>9}{:>8.3g}{:>8}{:>8}{:>7}\n",
+        r.policy, r.fleet.pods, r.fleet.shared, r.fleet.loads,
         r.expiries > 0
             ? fmt::format("{:.1f}", static_cast<double>(r.fleet.loads) /
                                         static_cast<double>(r.expiries))

@@ -31,3 +31,20 @@ if(TARGET paddock_replay
     PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 LABELS "bench;replay;postgres;redis"
                SKIP_REGULAR_EXPRESSION "SKIP: replay")
 endif()
+
+# Seed 000's hot key served by three pods sharing a throwaway Redis Cluster
+# (3 masters, 3 replicas on loopback ports): SingleFlight loads about once
+# per expiry for the fleet, whichever node holds the key. Skipped when no
+# redis-server is installed.
+if(TARGET paddock_replay AND TARGET paddock::redis)
+  add_test(
+    NAME replay.cluster_smoke
+    COMMAND
+      ${CMAKE_COMMAND} -DREPLAY=$<TARGET_FILE:paddock_replay>
+      -DOUT_DIR=${CMAKE_CURRENT_BINARY_DIR}/replay_cluster_smoke -DPODS=3
+      -DSHARED=redis-cluster -P ${CMAKE_CURRENT_LIST_DIR}/check_replay.cmake)
+  set_tests_properties(
+    replay.cluster_smoke
+    PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 LABELS "bench;replay;redis"
+               SKIP_REGULAR_EXPRESSION "SKIP: replay")
+endif()
