@@ -297,24 +297,13 @@ TEST_F(RedisClusterTest, GarbageOnAnyNodeIsNoRecordAndAFillReplacesIt) {
     const std::string key = KeyOn(master, "g");  // Nodes 0-2 are the masters.
     ASSERT_FALSE(key.empty());
     const std::string record = internal::RecordKey(kPrefix, key);
-    ASSERT_TRUE(cluster_->node(master)
-                    .Command(master == 0
-                                 ? std::vector<std::string>{"SET", record, "x"}
-                                 : std::vector<std::string>{"HSET", record,
-                                                            "foo", "bar"})
-                    .ok());
-    const uint64_t bad = tier->stats().bad_records;
-    absl::StatusOr<SharedLookup> lookup =
-        tier->Lookup(key, "", absl::Seconds(30));
-    ASSERT_TRUE(lookup.ok()) << lookup.status();
-    EXPECT_FALSE(lookup->record.has_value());
-    ASSERT_EQ(lookup->lease, SharedLookup::Lease::kGranted);
-    EXPECT_EQ(tier->stats().bad_records, bad + 1);
-    ASSERT_TRUE(
-        tier->Fill(key, lookup->lease_token, ValueFill("v")).value_or(false));
-    lookup = tier->Lookup(key, "", absl::Seconds(30));
-    ASSERT_TRUE(lookup.ok() && lookup->record.has_value());
-    EXPECT_EQ(lookup->record->value.value_or(""), "v");
+    ExpectGarbageIsNoRecordAndAFillReplacesIt(*tier, key, [&] {
+      return cluster_->node(master)
+          .Command(master == 0
+                       ? std::vector<std::string>{"SET", record, "x"}
+                       : std::vector<std::string>{"HSET", record, "foo", "bar"})
+          .status();
+    });
   }
 }
 

@@ -4,9 +4,10 @@
 // test gets a server of its own (redis_server.h: a unix socket in a temporary
 // directory, stopped by its pid), tier options generous enough for a busy
 // machine or a sanitizer (fault tests shorten them), and Connect. With it,
-// the checks the tests of each way of reaching Redis (plain, ACL, TLS)
-// share: waiting for a condition, for a tier to recover, and two pods of a
-// cache loading a cold key once.
+// the checks the tests of each way of reaching Redis (plain, ACL, TLS,
+// Sentinel, Cluster) share: waiting for a condition, for a tier to recover,
+// every operation, two pods of a cache loading a cold key once, garbage at a
+// record, and what a failover took.
 
 #ifndef PADDOCK_TESTS_REDIS_REDIS_FIXTURE_H_
 #define PADDOCK_TESTS_REDIS_REDIS_FIXTURE_H_
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -155,6 +157,27 @@ inline int FleetLoadsOfAColdKey(
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(right, 8);
   return loads;
+}
+
+// What garbage at a record costs in every mode: `write_garbage` puts
+// something that is no record of the tier at `key`'s record key (on
+// whatever server holds it); the tier's Lookup then finds no record, counts
+// a bad record and grants the lease, and its Fill replaces the garbage.
+inline void ExpectGarbageIsNoRecordAndAFillReplacesIt(
+    RedisTier& tier, const std::string& key,
+    const std::function<absl::Status()>& write_garbage) {
+  ASSERT_TRUE(write_garbage().ok());
+  const uint64_t bad = tier.stats().bad_records;
+  absl::StatusOr<SharedLookup> lookup = tier.Lookup(key, "", absl::Seconds(30));
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_FALSE(lookup->record.has_value());
+  ASSERT_EQ(lookup->lease, SharedLookup::Lease::kGranted);
+  EXPECT_EQ(tier.stats().bad_records, bad + 1);
+  ASSERT_TRUE(
+      tier.Fill(key, lookup->lease_token, ValueFill("v")).value_or(false));
+  lookup = tier.Lookup(key, "", absl::Seconds(30));
+  ASSERT_TRUE(lookup.ok() && lookup->record.has_value());
+  EXPECT_EQ(lookup->record->value.value_or(""), "v");
 }
 
 // Records how long after a master's failure its replica was `promoted` and

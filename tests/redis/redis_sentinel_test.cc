@@ -30,6 +30,7 @@ namespace {
 
 using ::paddock::testing::Eventually;
 using ::paddock::testing::ExpectEveryOperationWorks;
+using ::paddock::testing::ExpectGarbageIsNoRecordAndAFillReplacesIt;
 using ::paddock::testing::FleetLoadsOfAColdKey;
 using ::paddock::testing::FreeLoopbackPort;
 using ::paddock::testing::RecordFailover;
@@ -194,6 +195,17 @@ TEST_F(RedisSentinelTest, ACacheLoadsAColdKeyOnceAcrossPods) {
 
 // A sentinel that is down, and a server that is no sentinel (its error
 // reply), come first: the next sentinel answers.
+// Garbage at a record on the master the sentinels name: no record, and a
+// fill replaces it.
+TEST_F(RedisSentinelTest, GarbageAtARecordIsNoRecordAndAFillReplacesIt) {
+  std::shared_ptr<RedisTier> tier = Connect(TierOptions());
+  ASSERT_NE(tier, nullptr);
+  ExpectGarbageIsNoRecordAndAFillReplacesIt(*tier, "g", [&] {
+    return master_->Command({"HSET", "sentinel:v1:{g}:v", "foo", "bar"})
+        .status();
+  });
+}
+
 TEST_F(RedisSentinelTest, SentinelsThatCannotAnswerArePassedOver) {
   RedisOptions options = TierOptions();
   options.sentinels.insert(options.sentinels.begin(),

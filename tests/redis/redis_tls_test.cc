@@ -47,6 +47,7 @@ namespace {
 
 using ::paddock::testing::Eventually;
 using ::paddock::testing::ExpectEveryOperationWorks;
+using ::paddock::testing::ExpectGarbageIsNoRecordAndAFillReplacesIt;
 using ::paddock::testing::FleetLoadsOfAColdKey;
 using ::paddock::testing::FreeLoopbackPort;
 using ::paddock::testing::RecoversWithin;
@@ -290,6 +291,16 @@ TEST_F(RedisTlsTest, EveryOperationAndTheChangeFeedWorkOverTls) {
 TEST_F(RedisTlsTest, ACacheOverTlsLoadsAColdKeyOnceAcrossPods) {
   StartServer();
   EXPECT_EQ(FleetLoadsOfAColdKey([&] { return Connect(TierOptions()); }), 1);
+}
+
+// Garbage at a record, read over TLS: no record, and a fill replaces it.
+TEST_F(RedisTlsTest, GarbageAtARecordIsNoRecordAndAFillReplacesIt) {
+  StartServer();
+  std::shared_ptr<RedisTier> tier = Connect(TierOptions());
+  ASSERT_NE(tier, nullptr);
+  ExpectGarbageIsNoRecordAndAFillReplacesIt(*tier, "g", [&] {
+    return server_->Command({"SET", "tls:v1:{g}:v", "garbage"}).status();
+  });
 }
 
 TEST_F(RedisTlsTest, TheServerNameMayDifferFromTheAddress) {
